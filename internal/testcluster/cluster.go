@@ -1,0 +1,348 @@
+// Package testcluster gives tests a real Kubernetes API server: by default a local control plane
+// (etcd, kube-apiserver, kube-controller-manager) built from the Kubernetes Go modules and started
+// on loopback with RBAC, ServiceAccount tokens and admission enabled; or, when E2E_KUBECONFIG
+// names one, an existing cluster such as kind. Tests see the same API either way, so the suite
+// that runs here is the suite a user runs against their cluster.
+//
+// There is no kubelet: Pods are admitted and stay Pending. That is enough for admission and RBAC,
+// which is what this project's integration tests exercise.
+package testcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+)
+
+// Cluster is a running API server and how to reach it.
+type Cluster struct {
+	// Config authenticates as a cluster administrator (system:masters).
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file holding Config, for processes the test starts.
+	Kubeconfig string
+
+	local     bool
+	dir       string
+	clientset kubernetes.Interface
+	etcd      *process
+	apiserver *process
+	kcm       *process
+}
+
+// Options tune a local control plane.
+type Options struct {
+	// ExtraAPIServerFlags are appended to kube-apiserver's command line (later flags win).
+	ExtraAPIServerFlags []string
+}
+
+// ServiceCIDR is the local cluster's Service range. Nothing routes to it: there are no nodes.
+const ServiceCIDR = "10.96.0.0/16"
+
+// Start brings up a cluster: the one named by E2E_KUBECONFIG if set, else a local control plane.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if path := os.Getenv("E2E_KUBECONFIG"); path != "" {
+		return external(path)
+	}
+	bins, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "ehdb-testcluster-")
+	if err != nil {
+		return nil, fmt.Errorf("creating cluster folder: %w", err)
+	}
+	c := &Cluster{local: true, dir: dir}
+	if err := c.startLocal(ctx, bins, opts); err != nil {
+		stopErr := c.Stop()
+		return nil, errors.Join(err, stopErr)
+	}
+	return c, nil
+}
+
+func external(path string) (*Cluster, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("loading E2E_KUBECONFIG %s: %w", path, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{Config: cfg, Kubeconfig: path, clientset: cs}, nil
+}
+
+func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) error {
+	p, err := newPKI(c.dir)
+	if err != nil {
+		return err
+	}
+	loopback := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")}
+	if _, err := p.issue("apiserver", "kube-apiserver", nil, loopback,
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, true); err != nil {
+		return err
+	}
+	admin, err := p.issue("admin", "ehdb-test-admin", []string{"system:masters"}, nil, nil, false)
+	if err != nil {
+		return err
+	}
+	kcmCert, err := p.issue("kcm", "system:kube-controller-manager", nil, nil, nil, false)
+	if err != nil {
+		return err
+	}
+	if err := p.serviceAccountKeys(); err != nil {
+		return err
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	etcdClient, etcdPeer, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
+	host := "https://127.0.0.1:" + strconv.Itoa(apiPort)
+
+	c.Config = &rest.Config{
+		Host:            host,
+		TLSClientConfig: rest.TLSClientConfig{CAData: p.caPEM, CertData: admin.certPEM, KeyData: admin.keyPEM},
+		QPS:             200,
+		Burst:           400,
+	}
+	if c.clientset, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return err
+	}
+	c.Kubeconfig = filepath.Join(c.dir, "admin.kubeconfig")
+	if err := writeKubeconfig(c.Kubeconfig, host, p.caPEM, &clientcmdapi.AuthInfo{ClientCertificateData: admin.certPEM, ClientKeyData: admin.keyPEM}); err != nil {
+		return err
+	}
+	kcmKubeconfig := filepath.Join(c.dir, "kcm.kubeconfig")
+	if err := writeKubeconfig(kcmKubeconfig, host, p.caPEM, &clientcmdapi.AuthInfo{ClientCertificateData: kcmCert.certPEM, ClientKeyData: kcmCert.keyPEM}); err != nil {
+		return err
+	}
+
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
+	c.etcd = &process{name: "etcd", bin: filepath.Join(bins, "etcd"), logPath: filepath.Join(c.dir, "etcd.log"), args: []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=default=" + peerURL,
+		// A test cluster's data is thrown away; fsync only costs time on a shared 2-core machine.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	}}
+	c.apiserver = &process{name: "kube-apiserver", bin: filepath.Join(bins, "kube-apiserver"), logPath: filepath.Join(c.dir, "kube-apiserver.log"), args: append([]string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--cert-dir=" + filepath.Join(c.dir, "apiserver-certs"),
+		"--tls-cert-file=" + p.path("apiserver.crt"),
+		"--tls-private-key-file=" + p.path("apiserver.key"),
+		"--client-ca-file=" + p.path("ca.crt"),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.path("sa.pub"),
+		"--service-account-signing-key-file=" + p.path("sa.key"),
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		// The kubernetes Service's endpoints would name this machine's address; nothing here
+		// consumes them, and writing none keeps every address the cluster knows on loopback.
+		"--endpoint-reconciler-type=none",
+		"--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,DefaultStorageClass,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--v=1",
+	}, opts.ExtraAPIServerFlags...)}
+	c.kcm = &process{name: "kube-controller-manager", bin: filepath.Join(bins, "kube-controller-manager"), logPath: filepath.Join(c.dir, "kube-controller-manager.log"), args: []string{
+		"--kubeconfig=" + kcmKubeconfig,
+		"--authentication-kubeconfig=" + kcmKubeconfig,
+		"--authorization-kubeconfig=" + kcmKubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(kcmPort),
+		"--cert-dir=" + filepath.Join(c.dir, "kcm-certs"),
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + p.path("sa.key"),
+		"--root-ca-file=" + p.path("ca.crt"),
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--profiling=false",
+		"--v=1",
+	}}
+
+	if err := c.etcd.start(); err != nil {
+		return err
+	}
+	if err := c.StartAPIServer(ctx); err != nil {
+		return err
+	}
+	if err := c.kcm.start(); err != nil {
+		return err
+	}
+	// The default ServiceAccount appearing proves the controller-manager runs and can write:
+	// Pods need it to pass ServiceAccount admission.
+	return c.waitFor(ctx, c.kcm, 60*time.Second, func(ctx context.Context) (bool, error) {
+		_, err := c.clientset.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
+// StartAPIServer (re)starts kube-apiserver on its port and waits until it is ready. Tests use it
+// with StopAPIServer to take the API away from running writers and give it back.
+func (c *Cluster) StartAPIServer(ctx context.Context) error {
+	if !c.local {
+		return errors.New("starting the API server is only possible on the local control plane")
+	}
+	if !c.apiserver.exited() {
+		return nil
+	}
+	if err := c.apiserver.start(); err != nil {
+		return err
+	}
+	return c.waitFor(ctx, c.apiserver, 90*time.Second, func(ctx context.Context) (bool, error) {
+		body, err := c.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", nil
+	})
+}
+
+// StopAPIServer stops kube-apiserver (etcd and the controller-manager keep running). It gives the
+// server two seconds to drain, then kills it: with the controller-manager's watches open a
+// graceful shutdown takes the full grace period, and an outage is what the tests want anyway.
+func (c *Cluster) StopAPIServer() error {
+	if !c.local {
+		return errors.New("stopping the API server is only possible on the local control plane")
+	}
+	return c.apiserver.stop(2 * time.Second)
+}
+
+// Local reports whether this is the local control plane (which tests may stop and start).
+func (c *Cluster) Local() bool { return c.local }
+
+// Clientset is an admin client.
+func (c *Cluster) Clientset() kubernetes.Interface { return c.clientset }
+
+// waitFor polls cond until it holds, failing early with the component's log if it exits.
+func (c *Cluster) waitFor(ctx context.Context, p *process, timeout time.Duration, cond wait.ConditionWithContextFunc) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if p.exited() {
+			return false, fmt.Errorf("%s exited: %v", p.name, p.err)
+		}
+		return cond(ctx)
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w\n--- last lines of %s ---\n%s", p.name, err, p.logPath, p.logTail(30))
+	}
+	return nil
+}
+
+// Stop stops every component and removes the cluster's folder. Safe to call more than once.
+func (c *Cluster) Stop() error {
+	if !c.local {
+		return nil
+	}
+	var errs []error
+	for _, p := range []*process{c.kcm, c.apiserver, c.etcd} {
+		if p != nil {
+			errs = append(errs, p.stop(15*time.Second))
+		}
+	}
+	if c.dir != "" {
+		errs = append(errs, os.RemoveAll(c.dir))
+	}
+	return errors.Join(errs...)
+}
+
+// NewNamespace creates a namespace with a generated name and deletes it when the test ends.
+func (c *Cluster) NewNamespace(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	ns, err := c.clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "ehdb-test-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		err := c.clientset.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Logf("deleting namespace %s: %v", ns.Name, err)
+		}
+	})
+	return ns.Name
+}
+
+// ServiceAccountConfig returns a client configuration that authenticates AS the ServiceAccount,
+// with a real token from the TokenRequest API, so requests go through RBAC like a pod's would.
+func (c *Cluster) ServiceAccountConfig(ctx context.Context, ns, name string) (*rest.Config, error) {
+	tr, err := c.clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("requesting a token for %s/%s: %w", ns, name, err)
+	}
+	cfg := rest.AnonymousClientConfig(c.Config)
+	cfg.BearerToken = tr.Status.Token
+	return cfg, nil
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig holding a token for the ServiceAccount, for a
+// process the test starts (a writer running on the host as that ServiceAccount).
+func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, ns, name, path string) error {
+	cfg, err := c.ServiceAccountConfig(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	ca := cfg.CAData
+	if len(ca) == 0 && cfg.CAFile != "" {
+		if ca, err = os.ReadFile(cfg.CAFile); err != nil {
+			return fmt.Errorf("reading CA file %s: %w", cfg.CAFile, err)
+		}
+	}
+	return writeKubeconfig(path, cfg.Host, ca, &clientcmdapi.AuthInfo{Token: cfg.BearerToken})
+}
+
+func writeKubeconfig(path, host string, ca []byte, user *clientcmdapi.AuthInfo) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: ca}
+	kc.AuthInfos["user"] = user
+	kc.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "user"}
+	kc.CurrentContext = "local"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
+	}
+	return nil
+}
+
+// freePorts asks the kernel for n distinct free loopback ports.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

@@ -1,0 +1,136 @@
+package testcluster
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+func TestMain(m *testing.M) { os.Exit(Main(m)) }
+
+// The smoke test of the foundation: RBAC is real. A ServiceAccount's own token is refused (403)
+// before a binding exists and accepted after, through the API server's authorizer, not a fake.
+func TestServiceAccountIsForbiddenUntilBound(t *testing.T) {
+	c := ForTest(t)
+	ctx := context.Background()
+	ns := c.NewNamespace(t)
+	admin := c.Clientset()
+
+	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "writer"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "lease-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.ServiceAccountConfig(ctx, ns, "writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asWriter := kubernetes.NewForConfigOrDie(cfg)
+
+	_, err = asWriter.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("before the binding: want 403 Forbidden, got %v", err)
+	}
+
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "lease-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "lease-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "writer", Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// RBAC reads bindings from an informer: allow it a moment to see the new one.
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := asWriter.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("after the binding the ServiceAccount is still refused: %v", err)
+	}
+	// Still nothing beyond what the Role grants.
+	if _, err := asWriter.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("listing secrets: want 403 Forbidden, got %v", err)
+	}
+}
+
+// The controller-manager runs: a StatefulSet produces its Pod object (Pending, there is no kubelet).
+func TestStatefulSetProducesPods(t *testing.T) {
+	c := ForTest(t)
+	ctx := context.Background()
+	ns := c.NewNamespace(t)
+	labels := map[string]string{"app": "smoke"}
+	_, err := c.Clientset().AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "smoke"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.invalid/none"}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Clientset().CoreV1().Pods(ns).Get(ctx, "smoke-0", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the StatefulSet controller never created smoke-0: %v", err)
+	}
+}
+
+// Stopping a cluster leaves no process and no folder behind, and the API server can be taken
+// away and given back (the system suite's "API server gone" scenario relies on it).
+func TestStopLeavesNothingBehind(t *testing.T) {
+	ForTest(t) // skips or fails exactly like the other tests when there is no control plane
+	if os.Getenv("E2E_KUBECONFIG") != "" {
+		t.Skip("only meaningful for the local control plane")
+	}
+	ctx := context.Background()
+	c, err := Start(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Clientset().CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err == nil {
+		t.Fatal("the API server answered after StopAPIServer")
+	}
+	if err := c.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Clientset().CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+	pids := []int{c.etcd.cmd.Process.Pid, c.apiserver.cmd.Process.Pid, c.kcm.cmd.Process.Pid}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("process %d still exists after Stop", pid)
+		}
+	}
+	if _, err := os.Stat(c.dir); !os.IsNotExist(err) {
+		t.Errorf("cluster folder %s still exists after Stop (err=%v)", c.dir, err)
+	}
+}

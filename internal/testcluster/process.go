@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/noetl/ehdb-election/internal/repo"
 )
 
 // process is one control-plane component run from a cached binary, its output in a log file.
@@ -96,11 +98,10 @@ func binDir() (string, error) {
 	if d := os.Getenv("EHDB_CONTROLPLANE_BIN"); d != "" {
 		return d, checkBins(d)
 	}
-	root, err := moduleRoot()
+	d, err := repo.Path(".cache", "controlplane", "current")
 	if err != nil {
 		return "", err
 	}
-	d := filepath.Join(root, ".cache", "controlplane", "current")
 	return d, checkBins(d)
 }
 
@@ -115,23 +116,4 @@ func checkBins(dir string) error {
 		return fmt.Errorf("control plane binaries missing (run `make controlplane`): %w", errors.Join(missing...))
 	}
 	return nil
-}
-
-// moduleRoot walks up from the working directory to the folder holding this module's go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(data, []byte("module github.com/noetl/ehdb-election\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("module root of github.com/noetl/ehdb-election not found above the working directory")
-		}
-		dir = parent
-	}
 }

@@ -1,0 +1,369 @@
+package webhook
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Value is what the guard knows about one environment variable of a container: either its exact
+// text, or that it cannot be known at admission time and why.
+//
+// The kubelet builds a container's environment from sources the API server does not hold in the
+// object (ConfigMaps, Secrets, the node, the running pod). The guard reads ConfigMaps, because an
+// operator commonly keeps feature flags there; it never reads Secrets (it has no right to, and a
+// guard that reads every Secret it is shown would be a worse problem than the one it solves).
+// Anything it cannot read is Unknown, and the policy treats an Unknown fencing value as armed.
+type Value struct {
+	Text    string
+	Unknown *Unknown
+}
+
+// Known reports whether the exact value is known.
+func (v Value) Known() bool { return v.Unknown == nil }
+
+// Unknown says why a value cannot be known. When Pending is non-empty, the value depends only on
+// ConfigMaps not read yet; reading them resolves it (to a text or to a definite Unknown).
+type Unknown struct {
+	Reasons []string // human readable, each names the source, e.g. `Secret "db" (the guard does not read Secrets)`
+	Pending []string // names of ConfigMaps whose content is needed
+}
+
+func (u *Unknown) merge(o *Unknown) *Unknown {
+	if o == nil {
+		return u
+	}
+	if u == nil {
+		u = &Unknown{}
+	}
+	out := &Unknown{
+		Reasons: appendNew(append([]string(nil), u.Reasons...), o.Reasons...),
+		Pending: appendNew(append([]string(nil), u.Pending...), o.Pending...),
+	}
+	return out
+}
+
+func appendNew(dst []string, add ...string) []string {
+	for _, a := range add {
+		found := false
+		for _, d := range dst {
+			if d == a {
+				found = true
+				break
+			}
+		}
+		if !found {
+			dst = append(dst, a)
+		}
+	}
+	return dst
+}
+
+// String renders the reasons for a message.
+func (u *Unknown) String() string {
+	if u == nil {
+		return ""
+	}
+	parts := append([]string(nil), u.Reasons...)
+	for _, p := range u.Pending {
+		parts = append(parts, "ConfigMap "+quote(p)+" (not read yet)")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ConfigMapFact is what a lookup of one ConfigMap returned.
+type ConfigMapFact struct {
+	Data     map[string]string // .data only: the kubelet never puts .binaryData into the environment
+	NotFound bool
+	Err      error // any other error (forbidden, timeout, ...)
+}
+
+// ConfigMapSource answers ConfigMap lookups during resolution; ok=false means "not read yet".
+type ConfigMapSource func(name string) (fact ConfigMapFact, ok bool)
+
+// PodContext is what a fieldRef may read: the metadata and spec the pod will have, to the extent
+// the object being admitted decides them.
+type PodContext struct {
+	// Template is true for a workload's pod template, false for a Pod. In a template, fields a
+	// controller fills in (the pod's name, uid, labels such as pod-template-hash) are unknowable.
+	Template  bool
+	Namespace string
+	Meta      PodMeta
+	Spec      *corev1.PodSpec
+}
+
+// PodMeta is the part of the pod's metadata a fieldRef can read.
+type PodMeta struct {
+	Name        string
+	UID         string
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+// Env is the effective environment of one container as the kubelet would build it.
+type Env struct {
+	vars map[string]Value
+	// wild are envFrom sources whose content is unknown (a Secret, a ConfigMap not read yet or not
+	// readable): any name with the source's prefix may have been set by them, unless a later
+	// definite source (an env entry, a later envFrom) set it again.
+	wild []wildSource
+}
+
+type wildSource struct {
+	prefix string
+	why    *Unknown
+}
+
+// Lookup returns the variable's value and whether it is set (an Unknown value counts as set).
+func (e *Env) Lookup(name string) (Value, bool) {
+	if v, ok := e.vars[name]; ok {
+		return v, true
+	}
+	var u *Unknown
+	for _, w := range e.wild {
+		if strings.HasPrefix(name, w.prefix) {
+			u = u.merge(w.why)
+		}
+	}
+	if u != nil {
+		return Value{Unknown: u}, true
+	}
+	return Value{}, false
+}
+
+// Names returns the names set with certainty, sorted (for tests and logs).
+func (e *Env) Names() []string {
+	out := make([]string, 0, len(e.vars))
+	for k := range e.vars {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ResolveEnv builds a container's effective environment exactly as the kubelet does
+// (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables, v1.37):
+//   - envFrom in order, each ConfigMap's .data copied under its prefix; a missing optional
+//     ConfigMap is skipped; Secret sources are unknowable;
+//   - then env in order, a later entry replacing an earlier one or an envFrom value;
+//   - a literal value has its $(VAR) references expanded against everything set so far ($$ is
+//     an escaped $, a reference to an unset variable stays literal);
+//   - valueFrom sources are not expanded; an optional configMapKeyRef whose ConfigMap or key is
+//     missing leaves the variable as it was (the kubelet skips it), a non-optional one stops the
+//     container from starting and is therefore unknowable.
+//
+// The service-link variables the kubelet adds (FOO_SERVICE_HOST, ...) are not modelled: a
+// reference to them stays literal, as the issue prescribes.
+func ResolveEnv(c *corev1.Container, pod *PodContext, cms ConfigMapSource) *Env {
+	e := &Env{vars: map[string]Value{}}
+	for _, from := range c.EnvFrom {
+		switch {
+		case from.ConfigMapRef != nil:
+			name := from.ConfigMapRef.Name
+			optional := from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional
+			fact, ok := cms(name)
+			switch {
+			case !ok:
+				e.addWild(from.Prefix, &Unknown{Pending: []string{name}})
+			case fact.Err != nil:
+				e.addWild(from.Prefix, &Unknown{Reasons: []string{"ConfigMap " + quote(name) + " could not be read: " + fact.Err.Error()}})
+			case fact.NotFound && optional:
+				// skipped by the kubelet
+			case fact.NotFound:
+				e.addWild(from.Prefix, &Unknown{Reasons: []string{"ConfigMap " + quote(name) + " does not exist (the kubelet will not start the container until it does)"}})
+			default:
+				for k, v := range fact.Data {
+					e.vars[from.Prefix+k] = Value{Text: v}
+				}
+			}
+		case from.SecretRef != nil:
+			e.addWild(from.Prefix, &Unknown{Reasons: []string{"envFrom Secret " + quote(from.SecretRef.Name) + " (the guard does not read Secrets)"}})
+		default:
+			// A source kind this version does not know: whatever it sets is unknowable.
+			e.addWild(from.Prefix, &Unknown{Reasons: []string{"an envFrom source of an unknown kind"}})
+		}
+	}
+	for i := range c.Env {
+		ev := &c.Env[i]
+		if ev.Value != "" {
+			e.vars[ev.Name] = expand(ev.Value, e)
+			continue
+		}
+		if ev.ValueFrom == nil {
+			e.vars[ev.Name] = Value{}
+			continue
+		}
+		v, set := resolveValueFrom(ev, pod, cms)
+		if set {
+			e.vars[ev.Name] = v
+		}
+	}
+	return e
+}
+
+// addWild records an unknowable envFrom source: every name already set under its prefix may
+// now be overridden by it.
+func (e *Env) addWild(prefix string, why *Unknown) {
+	for k, v := range e.vars {
+		if strings.HasPrefix(k, prefix) {
+			e.vars[k] = Value{Unknown: why.merge(v.Unknown)}
+		}
+	}
+	e.wild = append(e.wild, wildSource{prefix: prefix, why: why})
+}
+
+func resolveValueFrom(ev *corev1.EnvVar, pod *PodContext, cms ConfigMapSource) (Value, bool) {
+	src := ev.ValueFrom
+	switch {
+	case src.FieldRef != nil:
+		return fieldRefValue(src.FieldRef, pod), true
+	case src.ResourceFieldRef != nil:
+		// The kubelet fills in node allocatable where no limit is set; the guard does not model it.
+		return unknown("resourceFieldRef " + quote(src.ResourceFieldRef.Resource) + " (decided by the node)"), true
+	case src.ConfigMapKeyRef != nil:
+		ref := src.ConfigMapKeyRef
+		optional := ref.Optional != nil && *ref.Optional
+		fact, ok := cms(ref.Name)
+		switch {
+		case !ok:
+			return Value{Unknown: &Unknown{Pending: []string{ref.Name}}}, true
+		case fact.Err != nil:
+			return unknown("ConfigMap " + quote(ref.Name) + " could not be read: " + fact.Err.Error()), true
+		case fact.NotFound && optional:
+			return Value{}, false
+		case fact.NotFound:
+			return unknown("ConfigMap " + quote(ref.Name) + " does not exist (the kubelet will not start the container until it does)"), true
+		}
+		v, found := fact.Data[ref.Key]
+		switch {
+		case found:
+			return Value{Text: v}, true
+		case optional:
+			return Value{}, false
+		default:
+			return unknown("key " + quote(ref.Key) + " is missing from ConfigMap " + quote(ref.Name) + " (the kubelet will not start the container until it is there)"), true
+		}
+	case src.SecretKeyRef != nil:
+		return unknown("Secret " + quote(src.SecretKeyRef.Name) + " key " + quote(src.SecretKeyRef.Key) + " (the guard does not read Secrets)"), true
+	default:
+		// fileKeyRef (EnvFiles) and anything newer: decided at run time.
+		return unknown("a valueFrom source decided at run time"), true
+	}
+}
+
+func unknown(reason string) Value {
+	return Value{Unknown: &Unknown{Reasons: []string{reason}}}
+}
+
+// fieldRefValue emulates the kubelet's downward API for env (podFieldSelectorRuntimeValue and
+// fieldpath.ExtractFieldPathAsString) to the extent the admitted object decides the answer.
+func fieldRefValue(ref *corev1.ObjectFieldSelector, pod *PodContext) Value {
+	path := ref.FieldPath
+	if ref.APIVersion != "" && ref.APIVersion != "v1" {
+		return unknown("fieldRef with apiVersion " + quote(ref.APIVersion))
+	}
+	if path == "spec.host" {
+		path = "spec.nodeName"
+	}
+	if base, key, ok := splitSubscript(path); ok {
+		var m map[string]string
+		switch base {
+		case "metadata.labels":
+			m = pod.Meta.Labels
+		case "metadata.annotations":
+			m = pod.Meta.Annotations
+		default:
+			return unknown("fieldRef " + quote(ref.FieldPath) + " (not supported by the kubelet)")
+		}
+		if v, ok := m[key]; ok {
+			return Value{Text: v}
+		}
+		if pod.Template {
+			// Controllers add labels (pod-template-hash, statefulset.kubernetes.io/pod-name, ...).
+			return unknown("fieldRef " + quote(ref.FieldPath) + " (not set in the template; a controller may set it)")
+		}
+		return Value{Text: ""}
+	}
+	switch path {
+	case "metadata.namespace":
+		return Value{Text: pod.Namespace}
+	case "metadata.name":
+		if pod.Template || pod.Meta.Name == "" {
+			return unknown("fieldRef metadata.name (the pod's name is chosen by its controller)")
+		}
+		return Value{Text: pod.Meta.Name}
+	case "metadata.uid":
+		if pod.Template || pod.Meta.UID == "" {
+			return unknown("fieldRef metadata.uid (assigned when the pod is created)")
+		}
+		return Value{Text: pod.Meta.UID}
+	case "metadata.labels", "metadata.annotations":
+		if pod.Template {
+			return unknown("fieldRef " + quote(path) + " (a controller may add entries)")
+		}
+		if path == "metadata.labels" {
+			return Value{Text: formatMap(pod.Meta.Labels)}
+		}
+		return Value{Text: formatMap(pod.Meta.Annotations)}
+	case "spec.serviceAccountName":
+		return Value{Text: ServiceAccountName(pod.Spec)}
+	case "spec.nodeName":
+		if pod.Spec != nil && pod.Spec.NodeName != "" {
+			return Value{Text: pod.Spec.NodeName}
+		}
+		return unknown("fieldRef spec.nodeName (decided by the scheduler)")
+	case "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs":
+		return unknown("fieldRef " + quote(path) + " (decided when the pod runs)")
+	default:
+		return unknown("fieldRef " + quote(ref.FieldPath) + " (not supported by the kubelet)")
+	}
+}
+
+// ServiceAccountName is the ServiceAccount the pod will run as: spec.serviceAccountName, else the
+// deprecated spec.serviceAccount, else "default" (what the ServiceAccount admission plugin sets).
+func ServiceAccountName(spec *corev1.PodSpec) string {
+	if spec == nil {
+		return "default"
+	}
+	if spec.ServiceAccountName != "" {
+		return spec.ServiceAccountName
+	}
+	if spec.DeprecatedServiceAccount != "" {
+		return spec.DeprecatedServiceAccount
+	}
+	return "default"
+}
+
+// splitSubscript is fieldpath.SplitMaybeSubscriptedPath: "metadata.labels['k']" → ("metadata.labels", "k").
+func splitSubscript(p string) (string, string, bool) {
+	if !strings.HasSuffix(p, "']") {
+		return p, "", false
+	}
+	s := strings.TrimSuffix(p, "']")
+	base, key, ok := strings.Cut(s, "['")
+	if !ok || base == "" {
+		return p, "", false
+	}
+	return base, key, true
+}
+
+// formatMap is fieldpath.FormatMap: sorted key="quoted value" lines.
+func formatMap(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(m[k]))
+	}
+	return b.String()
+}

@@ -1,0 +1,187 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Facts are the answers the policy needs from the API server, gathered by a Resolver. Every
+// lookup result carries its own error: an API error is a fact too ("could not verify ..."), never
+// a reason to guess.
+type Facts struct {
+	// Now is the time Lease liveness is judged at.
+	Now time.Time
+	// ConfigMaps by name, in the admitted object's namespace.
+	ConfigMaps map[string]ConfigMapFact
+	// ServiceAccounts by name, in the admitted object's namespace.
+	ServiceAccounts map[string]ServiceAccountFact
+	// Access answers SubjectAccessReviews.
+	Access map[AccessCheck]AccessFact
+	// Leases by namespace/name.
+	Leases map[types.NamespacedName]LeaseFact
+}
+
+// ServiceAccountFact is what a lookup of one ServiceAccount returned.
+type ServiceAccountFact struct {
+	Annotations map[string]string
+	NotFound    bool
+	Err         error
+}
+
+// AccessCheck asks whether a ServiceAccount, authenticated with its token (and so carrying the
+// groups system:serviceaccounts, system:serviceaccounts:<ns> and system:authenticated), may do
+// Verb on coordination.k8s.io leases in Namespace.
+type AccessCheck struct {
+	ServiceAccount types.NamespacedName
+	Namespace      string
+	Verb           string
+}
+
+// AccessFact is a SubjectAccessReview's answer.
+type AccessFact struct {
+	Allowed bool
+	Reason  string // the authorizer's reason or evaluation error, for messages
+	Err     error
+}
+
+// LeaseFact is what a lookup of one Lease returned.
+type LeaseFact struct {
+	Spec     coordinationv1.LeaseSpec
+	NotFound bool
+	Err      error
+}
+
+// Query lists lookups the policy still needs. The zero Query needs nothing.
+type Query struct {
+	Namespace       string // of ConfigMaps and ServiceAccounts
+	ConfigMaps      []string
+	ServiceAccounts []string
+	Access          []AccessCheck
+	Leases          []types.NamespacedName
+}
+
+// Empty reports whether nothing is needed.
+func (q Query) Empty() bool {
+	return len(q.ConfigMaps) == 0 && len(q.ServiceAccounts) == 0 && len(q.Access) == 0 && len(q.Leases) == 0
+}
+
+// Size is the number of lookups in q.
+func (q Query) Size() int {
+	return len(q.ConfigMaps) + len(q.ServiceAccounts) + len(q.Access) + len(q.Leases)
+}
+
+// Resolver gathers facts from the API server. It reports every failure inside the returned Facts
+// (per lookup), so one failed lookup never hides the others; the returned Facts holds exactly the
+// lookups of q. Implementations must be safe for concurrent use.
+type Resolver interface {
+	Resolve(ctx context.Context, q Query) *Facts
+}
+
+// errNotLookedUp marks a fact the policy needed but nobody fetched; Decide treats it like any
+// other lookup failure (deny, "could not verify").
+var errNotLookedUp = errors.New("not looked up")
+
+// NewFacts returns empty Facts judged at now.
+func NewFacts(now time.Time) *Facts {
+	return &Facts{
+		Now:             now,
+		ConfigMaps:      map[string]ConfigMapFact{},
+		ServiceAccounts: map[string]ServiceAccountFact{},
+		Access:          map[AccessCheck]AccessFact{},
+		Leases:          map[types.NamespacedName]LeaseFact{},
+	}
+}
+
+// Merge adds o's answers to f (o's win on overlap).
+func (f *Facts) Merge(o *Facts) {
+	if o == nil {
+		return
+	}
+	for k, v := range o.ConfigMaps {
+		f.ConfigMaps[k] = v
+	}
+	for k, v := range o.ServiceAccounts {
+		f.ServiceAccounts[k] = v
+	}
+	for k, v := range o.Access {
+		f.Access[k] = v
+	}
+	for k, v := range o.Leases {
+		f.Leases[k] = v
+	}
+}
+
+// configMaps returns the ConfigMapSource view of f: ok=false for names not looked up yet.
+func (f *Facts) configMaps() ConfigMapSource {
+	return func(name string) (ConfigMapFact, bool) {
+		v, ok := f.ConfigMaps[name]
+		return v, ok
+	}
+}
+
+// configMapsFinal is the view Decide uses: a ConfigMap nobody looked up counts as unreadable.
+func (f *Facts) configMapsFinal() ConfigMapSource {
+	return func(name string) (ConfigMapFact, bool) {
+		if v, ok := f.ConfigMaps[name]; ok {
+			return v, true
+		}
+		return ConfigMapFact{Err: errNotLookedUp}, true
+	}
+}
+
+// queryBuilder collects lookups not yet answered by facts, without duplicates.
+type queryBuilder struct {
+	facts *Facts
+	q     Query
+	seen  map[any]bool
+}
+
+func newQueryBuilder(f *Facts, ns string) *queryBuilder {
+	return &queryBuilder{facts: f, q: Query{Namespace: ns}, seen: map[any]bool{}}
+}
+
+type cmKey string
+type saKey string
+
+func (b *queryBuilder) configMap(name string) {
+	if _, ok := b.facts.ConfigMaps[name]; ok || b.seen[cmKey(name)] {
+		return
+	}
+	b.seen[cmKey(name)] = true
+	b.q.ConfigMaps = append(b.q.ConfigMaps, name)
+}
+
+func (b *queryBuilder) serviceAccount(name string) {
+	if _, ok := b.facts.ServiceAccounts[name]; ok || b.seen[saKey(name)] {
+		return
+	}
+	b.seen[saKey(name)] = true
+	b.q.ServiceAccounts = append(b.q.ServiceAccounts, name)
+}
+
+func (b *queryBuilder) access(c AccessCheck) {
+	if _, ok := b.facts.Access[c]; ok || b.seen[c] {
+		return
+	}
+	b.seen[c] = true
+	b.q.Access = append(b.q.Access, c)
+}
+
+func (b *queryBuilder) lease(n types.NamespacedName) {
+	if _, ok := b.facts.Leases[n]; ok || b.seen[n] {
+		return
+	}
+	b.seen[n] = true
+	b.q.Leases = append(b.q.Leases, n)
+}
+
+func (b *queryBuilder) query() Query {
+	sort.Strings(b.q.ConfigMaps)
+	sort.Strings(b.q.ServiceAccounts)
+	return b.q
+}

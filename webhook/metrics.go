@@ -1,0 +1,76 @@
+package webhook
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the guard's own series, next to controller-runtime's webhook metrics.
+type Metrics struct {
+	decisions *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+}
+
+// KindOther is the kind label of requests for kinds the guard does not judge.
+const KindOther = "other"
+
+// judgedKinds are the kind label values besides KindOther.
+var judgedKinds = []string{"Pod", "StatefulSet", "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob"}
+
+// NewMetrics registers the guard's series with reg:
+//
+//	ehdb_webhook_decisions_total{kind,result,reason}  decisions; result is allowed or denied,
+//	                                                  reason the Reason (a denial's first unmet requirement)
+//	ehdb_webhook_decision_duration_seconds{kind,result}  time from request to decision, lookups included
+//
+// Every kind × result × reason that can occur is pinned at 0, so rate() and alerts work from the
+// first scrape.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ehdb_webhook_decisions_total",
+			Help: "Admission decisions of the ehdb-election guard by object kind, result (allowed/denied) and reason.",
+		}, []string{"kind", "result", "reason"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ehdb_webhook_decision_duration_seconds",
+			Help:    "Time the ehdb-election guard took to decide, API lookups included.",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
+		}, []string{"kind", "result"}),
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.duration} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return nil, errors.New("ehdb webhook metrics are already registered with this registry")
+			}
+			return nil, err
+		}
+	}
+	for _, k := range judgedKinds {
+		for _, r := range []Reason{ReasonUnarmed, ReasonRequirementsMet, ReasonNoOpinion} {
+			m.decisions.WithLabelValues(k, "allowed", string(r))
+		}
+		for _, r := range DenialReasons {
+			m.decisions.WithLabelValues(k, "denied", string(r))
+		}
+		m.duration.WithLabelValues(k, "allowed")
+		m.duration.WithLabelValues(k, "denied")
+	}
+	m.decisions.WithLabelValues(KindOther, "allowed", string(ReasonNoOpinion))
+	m.decisions.WithLabelValues(KindOther, "denied", string(ReasonMalformed))
+	return m, nil
+}
+
+func (m *Metrics) observe(kind string, allowed bool, reason Reason, took time.Duration) {
+	if m == nil {
+		return
+	}
+	result := "denied"
+	if allowed {
+		result = "allowed"
+	}
+	m.decisions.WithLabelValues(kind, result, string(reason)).Inc()
+	m.duration.WithLabelValues(kind, result).Observe(took.Seconds())
+}

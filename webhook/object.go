@@ -1,0 +1,175 @@
+package webhook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Workload is the part of an admitted object the guard judges: the pod (or pod template) it
+// runs, and what the order check needs to know about the pods it will create.
+type Workload struct {
+	Kind      string // "Pod", "StatefulSet", "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob"
+	Namespace string
+	Name      string
+	// Pod describes the pod: for a Pod its own metadata and spec, for a workload its template.
+	Pod PodContext
+	// Replicas and OrdinalStart are set for a StatefulSet (replicas defaulted to 1 when unset):
+	// its pods are ordinals OrdinalStart .. OrdinalStart+Replicas-1.
+	Replicas     int32
+	OrdinalStart int32
+	ServiceName  string
+	// Controlled is true when the object has a controller owner (a StatefulSet's Pod, a
+	// Deployment's ReplicaSet, a CronJob's Job). Such an object is the consequence of a decision
+	// already taken on its owner, and re-creating it must not depend on its own Lease being live.
+	Controlled bool
+	// Deleting is true once the object carries a deletionTimestamp.
+	Deleting bool
+}
+
+// Containers returns init containers first, then containers: all of them run with the pod's
+// ServiceAccount, and an init container can write with the fence as well as a main one.
+func (w *Workload) Containers() []*corev1.Container {
+	if w == nil || w.Pod.Spec == nil {
+		return nil
+	}
+	s := w.Pod.Spec
+	out := make([]*corev1.Container, 0, len(s.InitContainers)+len(s.Containers))
+	for i := range s.InitContainers {
+		out = append(out, &s.InitContainers[i])
+	}
+	for i := range s.Containers {
+		out = append(out, &s.Containers[i])
+	}
+	return out
+}
+
+// Kinds the guard judges, by group/version/kind as the API server sends them (the webhook
+// configuration asks for v1, and matchPolicy Equivalent converts other versions to it).
+var (
+	gvkPod         = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	gvkStatefulSet = appsv1.SchemeGroupVersion.WithKind("StatefulSet")
+	gvkDeployment  = appsv1.SchemeGroupVersion.WithKind("Deployment")
+	gvkDaemonSet   = appsv1.SchemeGroupVersion.WithKind("DaemonSet")
+	gvkReplicaSet  = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
+	gvkJob         = batchv1.SchemeGroupVersion.WithKind("Job")
+	gvkCronJob     = batchv1.SchemeGroupVersion.WithKind("CronJob")
+)
+
+// ErrUnknownKind is returned by DecodeWorkload for a kind the guard has no opinion on.
+var ErrUnknownKind = errors.New("kind not judged by this guard")
+
+// Known reports whether gvk is a kind the guard judges.
+func Known(gvk schema.GroupVersionKind) bool {
+	switch gvk {
+	case gvkPod, gvkStatefulSet, gvkDeployment, gvkDaemonSet, gvkReplicaSet, gvkJob, gvkCronJob:
+		return true
+	}
+	return false
+}
+
+// DecodeWorkload decodes raw JSON of the given kind. namespace is the request's namespace (an
+// object being created may not carry it yet). It returns ErrUnknownKind for kinds it does not
+// judge and a descriptive error for anything that is not a valid object of the kind; it never
+// panics on any input.
+func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (*Workload, error) {
+	if len(raw) == 0 {
+		return nil, errors.New("no object in the request")
+	}
+	w := &Workload{Kind: gvk.Kind, Namespace: namespace}
+	var meta *metav1.ObjectMeta
+	var tmpl *corev1.PodTemplateSpec
+	switch gvk {
+	case gvkPod:
+		var o corev1.Pod
+		if err := decodeInto(raw, &o, gvk); err != nil {
+			return nil, err
+		}
+		meta = &o.ObjectMeta
+		w.Pod = PodContext{Template: false, Spec: &o.Spec, Meta: PodMeta{
+			Name: o.Name, UID: string(o.UID), Labels: o.Labels, Annotations: o.Annotations,
+		}}
+	case gvkStatefulSet:
+		var o appsv1.StatefulSet
+		if err := decodeInto(raw, &o, gvk); err != nil {
+			return nil, err
+		}
+		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
+		w.Replicas = 1
+		if o.Spec.Replicas != nil {
+			w.Replicas = *o.Spec.Replicas
+		}
+		if o.Spec.Ordinals != nil {
+			w.OrdinalStart = o.Spec.Ordinals.Start
+		}
+		w.ServiceName = o.Spec.ServiceName
+	case gvkDeployment:
+		var o appsv1.Deployment
+		if err := decodeInto(raw, &o, gvk); err != nil {
+			return nil, err
+		}
+		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
+	case gvkDaemonSet:
+		var o appsv1.DaemonSet
+		if err := decodeInto(raw, &o, gvk); err != nil {
+			return nil, err
+		}
+		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
+	case gvkReplicaSet:
+		var o appsv1.ReplicaSet
+		if err := decodeInto(raw, &o, gvk); err != nil {
+			return nil, err
+		}
+		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
+	case gvkJob:
+		var o batchv1.Job
+		if err := decodeInto(raw, &o, gvk); err != nil {
+			return nil, err
+		}
+		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
+	case gvkCronJob:
+		var o batchv1.CronJob
+		if err := decodeInto(raw, &o, gvk); err != nil {
+			return nil, err
+		}
+		meta, tmpl = &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template
+	default:
+		return nil, fmt.Errorf("%w: %s", ErrUnknownKind, gvk)
+	}
+	if w.Namespace == "" {
+		w.Namespace = meta.Namespace
+	}
+	w.Name = meta.Name
+	if w.Name == "" {
+		w.Name = meta.GenerateName
+	}
+	w.Deleting = meta.DeletionTimestamp != nil
+	w.Controlled = metav1.GetControllerOfNoCopy(meta) != nil
+	if tmpl != nil {
+		w.Pod = PodContext{Template: true, Spec: &tmpl.Spec, Meta: PodMeta{
+			Labels: tmpl.Labels, Annotations: tmpl.Annotations,
+		}}
+	}
+	w.Pod.Namespace = w.Namespace
+	return w, nil
+}
+
+func decodeInto(raw []byte, into any, gvk schema.GroupVersionKind) error {
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(raw, &tm); err != nil {
+		return fmt.Errorf("decoding %s: %w", gvk.Kind, err)
+	}
+	if (tm.Kind != "" && tm.Kind != gvk.Kind) || (tm.APIVersion != "" && tm.APIVersion != gvk.GroupVersion().String()) {
+		return fmt.Errorf("request says %s but the object is %s %s", gvk, tm.APIVersion, tm.Kind)
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return fmt.Errorf("decoding %s: %w", gvk.Kind, err)
+	}
+	return nil
+}

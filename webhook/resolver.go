@@ -1,0 +1,160 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// APIResolver answers Queries from the API server with plain GETs and SubjectAccessReviews, all
+// lookups of one Query concurrently.
+//
+// It caches nothing across requests, on purpose. Every fact it serves can change between two
+// admissions in a way that matters at once: an operator who has just created the RoleBinding or
+// the ServiceAccount the last denial asked for retries and must be admitted, and a Lease that
+// was live a few seconds ago may have expired. A stale answer would either refuse a correct
+// object or admit an unsafe one. Within one admission each fact is fetched once (a Query has no
+// duplicates), which is the only caching that is always safe. The load stays small: the
+// webhook configuration's matchConditions send only objects that mention the fencing variable
+// or use envFrom, and an unarmed object costs no lookup at all.
+//
+// It needs exactly: get on configmaps, serviceaccounts and coordination.k8s.io leases, and
+// create on subjectaccessreviews.
+type APIResolver struct {
+	client kubernetes.Interface
+	// limit caps the lookups in flight for one Query.
+	limit int
+}
+
+// NewAPIResolver returns a resolver over c that keeps at most maxInFlight lookups of one Query
+// in flight (a StatefulSet with many replicas asks for one Lease per ordinal); 0 means 16.
+func NewAPIResolver(c kubernetes.Interface, maxInFlight int) *APIResolver {
+	if maxInFlight <= 0 {
+		maxInFlight = 16
+	}
+	return &APIResolver{client: c, limit: maxInFlight}
+}
+
+// ServiceAccountGroups are the groups a ServiceAccount token authenticates with; access is
+// checked for exactly that identity, so any binding that works for the real token passes (to
+// the SA, to system:serviceaccounts:<ns>, to system:serviceaccounts, to system:authenticated).
+func ServiceAccountGroups(namespace string) []string {
+	return []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+}
+
+// Resolve implements Resolver.
+func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
+	out := NewFacts(time.Time{}) // Now is the caller's: it judges the answers
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, r.limit)
+	run := func(f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				// Still run f: it fails fast on the done context and records the error.
+				f()
+				return
+			}
+			defer func() { <-sem }()
+			f()
+		}()
+	}
+	for _, name := range q.ConfigMaps {
+		run(func() {
+			fact := ConfigMapFact{}
+			cm, err := r.client.CoreV1().ConfigMaps(q.Namespace).Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				fact.NotFound = true
+			case err != nil:
+				fact.Err = fmt.Errorf("getting ConfigMap %s/%s: %w", q.Namespace, name, err)
+			default:
+				fact.Data = cm.Data
+			}
+			mu.Lock()
+			out.ConfigMaps[name] = fact
+			mu.Unlock()
+		})
+	}
+	for _, name := range q.ServiceAccounts {
+		run(func() {
+			fact := ServiceAccountFact{}
+			sa, err := r.client.CoreV1().ServiceAccounts(q.Namespace).Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				fact.NotFound = true
+			case err != nil:
+				fact.Err = fmt.Errorf("getting ServiceAccount %s/%s: %w", q.Namespace, name, err)
+			default:
+				fact.Annotations = sa.Annotations
+			}
+			mu.Lock()
+			out.ServiceAccounts[name] = fact
+			mu.Unlock()
+		})
+	}
+	for _, c := range q.Access {
+		run(func() {
+			fact := r.access(ctx, c)
+			mu.Lock()
+			out.Access[c] = fact
+			mu.Unlock()
+		})
+	}
+	for _, key := range q.Leases {
+		run(func() {
+			fact := LeaseFact{}
+			l, err := r.client.CoordinationV1().Leases(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				fact.NotFound = true
+			case err != nil:
+				fact.Err = fmt.Errorf("getting Lease %s: %w", key, err)
+			default:
+				fact.Spec = l.Spec
+			}
+			mu.Lock()
+			out.Leases[key] = fact
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func (r *APIResolver) access(ctx context.Context, c AccessCheck) AccessFact {
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   serviceAccountUser(c.ServiceAccount),
+		Groups: ServiceAccountGroups(c.ServiceAccount.Namespace),
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: c.Namespace,
+			Verb:      c.Verb,
+			Group:     "coordination.k8s.io",
+			Resource:  "leases",
+		},
+	}}
+	res, err := r.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	if err != nil {
+		return AccessFact{Err: fmt.Errorf("SubjectAccessReview for %s %s leases in %s: %w", serviceAccountUser(c.ServiceAccount), c.Verb, c.Namespace, err)}
+	}
+	reason := res.Status.Reason
+	if res.Status.EvaluationError != "" {
+		reason += " (evaluation error: " + res.Status.EvaluationError + ")"
+	}
+	return AccessFact{Allowed: res.Status.Allowed && !res.Status.Denied, Reason: reason}
+}
+
+func serviceAccountUser(sa types.NamespacedName) string {
+	return "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
+}

@@ -1,0 +1,200 @@
+// Package webhooktest has what tests of the guard share: the reference writer StatefulSet
+// (SPEC.md "Reference deployment") and a fake Resolver that records its lookups.
+package webhooktest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/webhook"
+)
+
+// Reference deployment facts.
+const (
+	Namespace      = "noetl"
+	WriterName     = "noetl-cmdbus-writer"
+	ContainerName  = "noetl-worker"
+	WriterSA       = "noetl-cmdbus-writer"
+	HeadlessName   = "noetl-cmdbus-writer-headless"
+	Shard0LeaseKey = "ehdb-shard-00000000"
+)
+
+// ReferenceWriter returns the writer StatefulSet as it runs today: replicas 1, Parallel pod
+// management, grace period 60 s, one container noetl-worker with metrics on 9090, the shard
+// from the ordinal in HOSTNAME, no serviceAccountName (so "default") and fencing off.
+// Use the options to arm it, enable the election and give it its ServiceAccount.
+func ReferenceWriter(namespace string, opts ...func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
+	labels := map[string]string{
+		"app":         WriterName,
+		"component":   "cmdbus-writer",
+		"command-bus": "ehdb",
+		"managed-by":  "noetl",
+	}
+	sts := &appsv1.StatefulSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: WriterName, Namespace: namespace, Labels: labels},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            ptr.To[int32](1),
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			ServiceName:         HeadlessName,
+			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{"app": WriterName}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](60),
+					Containers: []corev1.Container{{
+						Name:  ContainerName,
+						Image: "ghcr.io/noetl/worker:latest",
+						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}},
+						Env: []corev1.EnvVar{
+							{Name: "NOETL_EHDB_FENCING", Value: "off"},
+							{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
+							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
+						},
+					}},
+				},
+			},
+		},
+	}
+	for _, o := range opts {
+		o(sts)
+	}
+	return sts
+}
+
+// SetEnv sets (or adds) a literal variable in the writer container.
+func SetEnv(name, value string) func(*appsv1.StatefulSet) {
+	return func(s *appsv1.StatefulSet) {
+		c := &s.Spec.Template.Spec.Containers[0]
+		for i := range c.Env {
+			if c.Env[i].Name == name {
+				c.Env[i] = corev1.EnvVar{Name: name, Value: value}
+				return
+			}
+		}
+		c.Env = append(c.Env, corev1.EnvVar{Name: name, Value: value})
+	}
+}
+
+// Armed sets NOETL_EHDB_FENCING=enforce.
+func Armed() func(*appsv1.StatefulSet) { return SetEnv(webhook.EnvFencing, "enforce") }
+
+// ElectionOn sets NOETL_EHDB_ELECTION=true.
+func ElectionOn() func(*appsv1.StatefulSet) { return SetEnv(election.EnvElection, "true") }
+
+// ServiceAccount sets the pod's serviceAccountName.
+func ServiceAccount(name string) func(*appsv1.StatefulSet) {
+	return func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.ServiceAccountName = name }
+}
+
+// Replicas sets the replica count.
+func Replicas(n int32) func(*appsv1.StatefulSet) {
+	return func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr.To(n) }
+}
+
+// LiveLease is a Lease as a minting election leaves it: held, renewed at renewed, epoch epoch.
+func LiveLease(namespace string, shard uint32, renewed time.Time, epoch int32) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: election.LeaseName(shard), Namespace: namespace},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(WriterName + "-0#00000000-0000-0000-0000-000000000000"),
+			LeaseDurationSeconds: ptr.To[int32](15),
+			AcquireTime:          &metav1.MicroTime{Time: renewed},
+			RenewTime:            &metav1.MicroTime{Time: renewed},
+			LeaseTransitions:     ptr.To(epoch),
+		},
+	}
+}
+
+// Resolver is a fake webhook.Resolver over fixed answers. Anything not listed is NotFound,
+// access not listed is denied. It records every lookup.
+type Resolver struct {
+	ConfigMaps      map[string]map[string]string // present ConfigMaps' data
+	ConfigMapErr    map[string]error
+	ServiceAccounts map[string]map[string]string // present ServiceAccounts' annotations
+	SAErr           error
+	// Allowed lists granted access; AccessErr fails every access check.
+	Allowed   map[webhook.AccessCheck]bool
+	AccessErr error
+	Leases    map[types.NamespacedName]coordinationv1.LeaseSpec
+	LeaseErr  error
+
+	mu      sync.Mutex
+	Queries []webhook.Query
+}
+
+// Grant allows the ServiceAccount ns/name the verbs on leases in leaseNS.
+func (r *Resolver) Grant(ns, name, leaseNS string, verbs ...string) {
+	if r.Allowed == nil {
+		r.Allowed = map[webhook.AccessCheck]bool{}
+	}
+	for _, v := range verbs {
+		r.Allowed[webhook.AccessCheck{ServiceAccount: types.NamespacedName{Namespace: ns, Name: name}, Namespace: leaseNS, Verb: v}] = true
+	}
+}
+
+// Lookups is the number of lookups made so far.
+func (r *Resolver) Lookups() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, q := range r.Queries {
+		n += q.Size()
+	}
+	return n
+}
+
+// Resolve implements webhook.Resolver.
+func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
+	r.mu.Lock()
+	r.Queries = append(r.Queries, q)
+	r.mu.Unlock()
+	f := webhook.NewFacts(time.Time{})
+	for _, name := range q.ConfigMaps {
+		switch data, ok := r.ConfigMaps[name]; {
+		case r.ConfigMapErr[name] != nil:
+			f.ConfigMaps[name] = webhook.ConfigMapFact{Err: r.ConfigMapErr[name]}
+		case ok:
+			f.ConfigMaps[name] = webhook.ConfigMapFact{Data: data}
+		default:
+			f.ConfigMaps[name] = webhook.ConfigMapFact{NotFound: true}
+		}
+	}
+	for _, name := range q.ServiceAccounts {
+		switch ann, ok := r.ServiceAccounts[name]; {
+		case r.SAErr != nil:
+			f.ServiceAccounts[name] = webhook.ServiceAccountFact{Err: r.SAErr}
+		case ok:
+			f.ServiceAccounts[name] = webhook.ServiceAccountFact{Annotations: ann}
+		default:
+			f.ServiceAccounts[name] = webhook.ServiceAccountFact{NotFound: true}
+		}
+	}
+	for _, c := range q.Access {
+		if r.AccessErr != nil {
+			f.Access[c] = webhook.AccessFact{Err: r.AccessErr}
+			continue
+		}
+		f.Access[c] = webhook.AccessFact{Allowed: r.Allowed[c]}
+	}
+	for _, k := range q.Leases {
+		switch spec, ok := r.Leases[k]; {
+		case r.LeaseErr != nil:
+			f.Leases[k] = webhook.LeaseFact{Err: r.LeaseErr}
+		case ok:
+			f.Leases[k] = webhook.LeaseFact{Spec: spec}
+		default:
+			f.Leases[k] = webhook.LeaseFact{NotFound: true}
+		}
+	}
+	return f
+}

@@ -388,6 +388,7 @@ func (e *Election) round(ctx context.Context) {
 		case apierrors.IsNotFound(err):
 			e.seeAbsent()
 		default:
+			d.stale = true
 			e.countError("get", err)
 			return
 		}

@@ -1,0 +1,775 @@
+package charttest
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+)
+
+const testNS = "noetl"
+
+// typed converts a rendered object into its API type, failing the test on unknown fields: a field
+// the API type does not have is a template mistake the API server would silently drop or refuse.
+func typed[T any](t *testing.T, o *unstructured.Unstructured) *T {
+	t.Helper()
+	if o == nil {
+		t.Fatalf("object of type %T not rendered", *new(T))
+	}
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, out, true); err != nil {
+		t.Fatalf("%s %s does not convert to %T: %v", o.GetKind(), o.GetName(), *out, err)
+	}
+	return out
+}
+
+func mustRender(t *testing.T, values map[string]any) *Rendered {
+	t.Helper()
+	r, err := Render(Name, testNS, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func mustValuesFile(t *testing.T, rel string) map[string]any {
+	t.Helper()
+	v, err := ValuesFile(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// scenarios are the default values plus every ci/*-values.yaml, as `helm lint` / chart-testing run them.
+func scenarios(t *testing.T) map[string]map[string]any {
+	t.Helper()
+	files, err := CIValuesFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 5 {
+		t.Fatalf("expected the ci/*-values.yaml scenarios, found %v", files)
+	}
+	out := map[string]map[string]any{"defaults": nil}
+	for _, f := range files {
+		out[f] = mustValuesFile(t, f)
+	}
+	return out
+}
+
+func TestLintAndRenderEveryScenario(t *testing.T) {
+	standard := []string{"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance",
+		"app.kubernetes.io/version", "app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "app.kubernetes.io/component"}
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "ValidatingWebhookConfiguration": true,
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+	for name, values := range scenarios(t) {
+		t.Run(name, func(t *testing.T) {
+			if msgs := Lint(testNS, values); len(msgs) > 0 {
+				t.Fatalf("helm lint --strict:\n%s", strings.Join(msgs, "\n"))
+			}
+			r := mustRender(t, values)
+			if len(r.Objects) == 0 {
+				t.Fatal("nothing rendered")
+			}
+			seen := map[string]bool{}
+			for _, o := range append(slices.Clone(r.Objects), r.Hooks...) {
+				id := o.GetKind() + "/" + o.GetName()
+				for _, l := range standard {
+					if o.GetLabels()[l] == "" {
+						t.Errorf("%s lacks label %s", id, l)
+					}
+				}
+				if clusterScoped[o.GetKind()] {
+					if o.GetNamespace() != "" {
+						t.Errorf("cluster-scoped %s has namespace %q", id, o.GetNamespace())
+					}
+				} else if o.GetNamespace() != testNS {
+					t.Errorf("%s is in namespace %q, want the release namespace %q", id, o.GetNamespace(), testNS)
+				}
+				if o.GetAnnotations()["helm.sh/hook"] == "" {
+					if seen[id] {
+						t.Errorf("%s rendered twice", id)
+					}
+					seen[id] = true
+				}
+			}
+		})
+	}
+}
+
+// TestDefaultsRenderTheSpecifiedObjects pins the default install's object list: a change here is a
+// change to what `helm install ehdb-election charts/ehdb-election -n noetl` creates.
+func TestDefaultsRenderTheSpecifiedObjects(t *testing.T) {
+	r := mustRender(t, nil)
+	var got []string
+	for _, o := range r.Objects {
+		got = append(got, o.GetKind()+"/"+o.GetName())
+	}
+	sort.Strings(got)
+	want := []string{
+		"ClusterRole/ehdb-election-webhook",
+		"ClusterRoleBinding/ehdb-election-webhook",
+		"Deployment/ehdb-election-webhook",
+		"PodDisruptionBudget/ehdb-election-webhook",
+		"Role/ehdb-election-webhook",
+		"Role/ehdb-shard-election",
+		"RoleBinding/ehdb-election-webhook",
+		"RoleBinding/ehdb-shard-election",
+		"Secret/ehdb-election-webhook-tls",
+		"Service/ehdb-election-webhook",
+		"ServiceAccount/ehdb-election-webhook",
+		"ServiceAccount/noetl-cmdbus-writer",
+		"ValidatingAdmissionPolicy/ehdb-election-lease-guard.noetl",
+		"ValidatingAdmissionPolicyBinding/ehdb-election-lease-guard.noetl",
+		"ValidatingWebhookConfiguration/ehdb-election",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("default objects:\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestWriterRBAC(t *testing.T) {
+	cases := []struct {
+		name      string
+		values    map[string]any
+		saName    string
+		createsSA bool
+	}{
+		{"defaults", nil, "noetl-cmdbus-writer", true},
+		{"existing account", mustValuesFile(t, "ci/existing-serviceaccount-values.yaml"), "cmdbus-writer", false},
+		{"renamed account", map[string]any{"writer": map[string]any{"serviceAccount": map[string]any{"name": "shard-writer"}}}, "shard-writer", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRender(t, tc.values)
+
+			role := typed[rbacv1.Role](t, r.Find("Role", "ehdb-shard-election"))
+			wantRules := []rbacv1.PolicyRule{{
+				APIGroups: []string{"coordination.k8s.io"},
+				Resources: []string{"leases"},
+				Verbs:     []string{"get", "list", "watch", "create", "update"},
+			}}
+			if !reflect.DeepEqual(role.Rules, wantRules) {
+				t.Errorf("Role ehdb-shard-election rules = %+v, want exactly %+v", role.Rules, wantRules)
+			}
+
+			rb := typed[rbacv1.RoleBinding](t, r.Find("RoleBinding", "ehdb-shard-election"))
+			wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: tc.saName, Namespace: testNS}}
+			if !reflect.DeepEqual(rb.Subjects, wantSubjects) {
+				t.Errorf("RoleBinding subjects = %+v, want exactly %+v", rb.Subjects, wantSubjects)
+			}
+			if want := (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "ehdb-shard-election"}); rb.RoleRef != want {
+				t.Errorf("RoleBinding roleRef = %+v, want %+v", rb.RoleRef, want)
+			}
+
+			sa := r.Find("ServiceAccount", tc.saName)
+			if tc.createsSA != (sa != nil) {
+				t.Fatalf("ServiceAccount %s rendered = %v, want %v", tc.saName, sa != nil, tc.createsSA)
+			}
+			if sa != nil && len(sa.GetAnnotations()) != 0 {
+				t.Errorf("writer ServiceAccount carries annotations by default: %v (no cloud identity unless asked)", sa.GetAnnotations())
+			}
+		})
+	}
+}
+
+func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
+	base := []rbacv1.PolicyRule{
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},
+	}
+	tlsVerbs := []string{"get", "list", "watch", "update", "patch"}
+	cases := []struct {
+		name        string
+		values      map[string]any
+		clusterWant []rbacv1.PolicyRule
+		roleWant    []rbacv1.PolicyRule // nil: no namespaced Role for the webhook
+	}{
+		{
+			name:   "self-managed TLS",
+			values: nil,
+			clusterWant: append(slices.Clone(base), rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"},
+				Resources: []string{"validatingwebhookconfigurations"}, ResourceNames: []string{"ehdb-election"}, Verbs: tlsVerbs}),
+			roleWant: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"},
+				ResourceNames: []string{"ehdb-election-webhook-tls"}, Verbs: tlsVerbs}},
+		},
+		{
+			name:        "cert-manager TLS needs no Secret or webhook configuration access",
+			values:      mustValuesFile(t, "ci/certmanager-values.yaml"),
+			clusterWant: base,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRender(t, tc.values)
+			cr := typed[rbacv1.ClusterRole](t, r.Find("ClusterRole", "ehdb-election-webhook"))
+			if !reflect.DeepEqual(cr.Rules, tc.clusterWant) {
+				t.Errorf("ClusterRole rules:\n got %+v\nwant %+v", cr.Rules, tc.clusterWant)
+			}
+			crb := typed[rbacv1.ClusterRoleBinding](t, r.Find("ClusterRoleBinding", "ehdb-election-webhook"))
+			if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "ehdb-election-webhook", Namespace: testNS}}; !reflect.DeepEqual(crb.Subjects, want) {
+				t.Errorf("ClusterRoleBinding subjects = %+v, want %+v", crb.Subjects, want)
+			}
+			role := r.Find("Role", "ehdb-election-webhook")
+			if tc.roleWant == nil {
+				if role != nil || r.Find("RoleBinding", "ehdb-election-webhook") != nil {
+					t.Errorf("webhook Role/RoleBinding rendered where no Secret access is needed")
+				}
+				return
+			}
+			if got := typed[rbacv1.Role](t, role).Rules; !reflect.DeepEqual(got, tc.roleWant) {
+				t.Errorf("webhook Role rules:\n got %+v\nwant %+v", got, tc.roleWant)
+			}
+		})
+	}
+}
+
+// TestSchemaRefuses: every value is validated before anything renders. Each case also names the
+// path, so the message points the operator at the value to fix.
+func TestSchemaRefuses(t *testing.T) {
+	sa := func(name any) map[string]any {
+		return map[string]any{"writer": map[string]any{"serviceAccount": map[string]any{"name": name}}}
+	}
+	wh := func(k string, v any) map[string]any { return map[string]any{"webhook": map[string]any{k: v}} }
+	cases := []struct {
+		name   string
+		values map[string]any
+		path   string
+	}{
+		{"writer SA default", sa("default"), "/writer/serviceAccount/name"},
+		{"writer SA empty", sa(""), "/writer/serviceAccount/name"},
+		{"writer SA not a DNS name", sa("Noetl_Writer"), "/writer/serviceAccount/name"},
+		{"writer SA not a string", sa(7), "/writer/serviceAccount/name"},
+		{"workloads failurePolicy", wh("failurePolicy", map[string]any{"workloads": "Closed"}), "/webhook/failurePolicy/workloads"},
+		{"pods failurePolicy", wh("failurePolicy", map[string]any{"pods": "fail"}), "/webhook/failurePolicy/pods"},
+		{"timeoutSeconds 0", wh("timeoutSeconds", 0), "/webhook/timeoutSeconds"},
+		{"timeoutSeconds 31", wh("timeoutSeconds", 31), "/webhook/timeoutSeconds"},
+		{"timeoutSeconds string", wh("timeoutSeconds", "5"), "/webhook/timeoutSeconds"},
+		{"replicaCount 0", wh("replicaCount", 0), "/webhook/replicaCount"},
+		{"logLevel", wh("logLevel", "trace"), "/webhook/logLevel"},
+		{"pullPolicy", wh("image", map[string]any{"pullPolicy": "Sometimes"}), "/webhook/image/pullPolicy"},
+		{"excluded namespace not a name", wh("excludeNamespaces", []any{"Kube_System"}), "/webhook/excludeNamespaces/0"},
+		{"unknown top-level key", map[string]any{"replicas": 3}, "'replicas' not allowed"},
+		{"unknown nested key", wh("failurepolicy", "Fail"), "'failurepolicy' not allowed"},
+		{"unknown key in a k8s-shaped value", wh("securityContext", map[string]any{"readOnlyRootFileSystem": true}), "'readOnlyRootFileSystem' not allowed"},
+		{"lease guard Deny with Warn", map[string]any{"leaseGuard": map[string]any{"validationActions": []any{"Deny", "Warn"}}}, "/leaseGuard/validationActions"},
+		{"lease guard unknown action", map[string]any{"leaseGuard": map[string]any{"validationActions": []any{"Block"}}}, "/leaseGuard/validationActions/0"},
+		{"lease guard no action", map[string]any{"leaseGuard": map[string]any{"validationActions": []any{}}}, "/leaseGuard/validationActions"},
+		{"alert duration", map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"alerts": map[string]any{
+			"forbidden": map[string]any{"enabled": true, "for": "five minutes", "severity": "warning"}}}}}, "/metrics/prometheusRule/alerts/forbidden/for"},
+		{"port out of range", wh("ports", map[string]any{"webhook": 70000}), "/webhook/ports/webhook"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Render(Name, testNS, tc.values)
+			if err == nil {
+				t.Fatal("rendered; want a schema error")
+			}
+			if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.path) {
+				t.Fatalf("error does not name %q:\n%v", tc.path, err)
+			}
+		})
+	}
+
+	// Positive controls: the bounds themselves are accepted.
+	for _, v := range []map[string]any{wh("timeoutSeconds", 1), wh("timeoutSeconds", 30), sa("default-writer"),
+		map[string]any{"leaseGuard": map[string]any{"validationActions": []any{"Warn", "Audit"}}}} {
+		if _, err := Render(Name, testNS, v); err != nil {
+			t.Errorf("valid values %v refused: %v", v, err)
+		}
+	}
+}
+
+// TestTemplateRefusesDefaultSAWithoutSchema: the template checks the writer SA name too, so an
+// install with --skip-schema-validation still cannot bind the Role to `default`.
+func TestTemplateRefusesDefaultSAWithoutSchema(t *testing.T) {
+	ch, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Schema = nil
+	for _, name := range []string{"default", ""} {
+		_, err := RenderChart(ch, Name, testNS, map[string]any{"writer": map[string]any{"serviceAccount": map[string]any{"name": name}}})
+		if err == nil || !strings.Contains(err.Error(), "dedicated ServiceAccount") {
+			t.Errorf("name %q without the schema: err = %v, want the template's refusal", name, err)
+		}
+	}
+}
+
+func TestWebhookDeploymentFollowsTheContract(t *testing.T) {
+	cases := []struct {
+		name         string
+		values       map[string]any
+		certRotation string
+	}{
+		{"self-managed TLS", nil, "true"},
+		{"cert-manager TLS", mustValuesFile(t, "ci/certmanager-values.yaml"), "false"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRender(t, tc.values)
+			d := typed[appsv1.Deployment](t, r.Find("Deployment", "ehdb-election-webhook"))
+			if *d.Spec.Replicas != 2 {
+				t.Errorf("replicas = %d, want 2", *d.Spec.Replicas)
+			}
+			pod := d.Spec.Template.Spec
+			if len(pod.Containers) != 1 || len(pod.InitContainers) != 0 {
+				t.Fatalf("want one container, got %d (+%d init)", len(pod.Containers), len(pod.InitContainers))
+			}
+			c := pod.Containers[0]
+			if c.Image != "ghcr.io/noetl/ehdb-election-webhook:0.1.0" {
+				t.Errorf("image = %s, want the chart's appVersion tag", c.Image)
+			}
+			wantArgs := []string{
+				"--namespace=" + testNS,
+				"--webhook-port=9443",
+				"--cert-dir=/certs",
+				"--cert-rotation=" + tc.certRotation,
+				"--cert-secret-name=ehdb-election-webhook-tls",
+				"--service-name=ehdb-election-webhook",
+				"--webhook-config-name=ehdb-election",
+				"--metrics-bind-address=:8080",
+				"--health-probe-bind-address=:8081",
+				"--require-live-lease=true",
+				"--log-level=info",
+			}
+			if !reflect.DeepEqual(c.Args, wantArgs) {
+				t.Errorf("args:\n got %q\nwant %q", c.Args, wantArgs)
+			}
+			if len(c.Command) != 0 {
+				t.Errorf("command %q overrides the image's entrypoint /ehdb-webhook", c.Command)
+			}
+			// The webhook's own pod template must never match its own matchConditions, or a webhook
+			// outage would block the webhook's own rollout.
+			if len(c.EnvFrom) != 0 {
+				t.Errorf("the webhook container uses envFrom: its own pods would reach it")
+			}
+			for _, e := range c.Env {
+				if e.Name == "NOETL_EHDB_FENCING" {
+					t.Errorf("the webhook container sets NOETL_EHDB_FENCING")
+				}
+			}
+
+			// Restricted pod security.
+			psc, sc := pod.SecurityContext, c.SecurityContext
+			if psc == nil || sc == nil {
+				t.Fatal("missing security contexts")
+			}
+			if psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("pod securityContext not restricted: %+v", psc)
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+				sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 ||
+				sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("container securityContext not restricted: %+v", sc)
+			}
+
+			// Probes on the health port.
+			if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" || p.HTTPGet.Port.String() != "health" {
+				t.Errorf("readiness probe = %+v, want GET /readyz on health", p)
+			}
+			if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "health" {
+				t.Errorf("liveness probe = %+v, want GET /healthz on health", p)
+			}
+			ports := map[string]int32{}
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			if want := map[string]int32{"webhook": 9443, "metrics": 8080, "health": 8081}; !reflect.DeepEqual(ports, want) {
+				t.Errorf("ports = %v, want %v", ports, want)
+			}
+
+			// The TLS Secret, mounted read-only at /certs.
+			if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/certs" || !c.VolumeMounts[0].ReadOnly {
+				t.Errorf("volumeMounts = %+v, want the certificate read-only at /certs", c.VolumeMounts)
+			}
+			if len(pod.Volumes) != 1 || pod.Volumes[0].Secret == nil || pod.Volumes[0].Secret.SecretName != "ehdb-election-webhook-tls" {
+				t.Errorf("volumes = %+v, want Secret ehdb-election-webhook-tls", pod.Volumes)
+			}
+			if tc.certRotation == "true" {
+				s := typed[corev1.Secret](t, r.Find("Secret", "ehdb-election-webhook-tls"))
+				if len(s.Data) != 0 || len(s.StringData) != 0 || s.Type != corev1.SecretTypeOpaque {
+					t.Errorf("TLS Secret must be rendered empty and Opaque (the rotator fills it): %+v", s)
+				}
+			} else if r.Find("Secret", "ehdb-election-webhook-tls") != nil {
+				t.Errorf("cert-manager mode renders the Secret cert-manager owns")
+			}
+
+			// Spread and disruption.
+			aa := pod.Affinity
+			if aa == nil || aa.PodAntiAffinity == nil || len(aa.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+				len(aa.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
+				t.Errorf("affinity = %+v, want one preferred pod anti-affinity term", aa)
+			}
+			pdb := typed[policyv1.PodDisruptionBudget](t, r.Find("PodDisruptionBudget", "ehdb-election-webhook"))
+			if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 ||
+				!reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) {
+				t.Errorf("PDB = %+v, want minAvailable 1 over the Deployment's pods", pdb.Spec)
+			}
+			svc := typed[corev1.Service](t, r.Find("Service", "ehdb-election-webhook"))
+			if !reflect.DeepEqual(svc.Spec.Selector, d.Spec.Selector.MatchLabels) {
+				t.Errorf("Service selector %v does not select the Deployment's pods %v", svc.Spec.Selector, d.Spec.Selector.MatchLabels)
+			}
+		})
+	}
+}
+
+func TestOptionsReachTheDeployment(t *testing.T) {
+	r := mustRender(t, mustValuesFile(t, "ci/full-values.yaml"))
+	d := typed[appsv1.Deployment](t, r.Find("Deployment", "ehdb-election-webhook"))
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	checks := []struct {
+		what string
+		ok   bool
+	}{
+		{"replicas 3", *d.Spec.Replicas == 3},
+		{"image digest", c.Image == "ghcr.io/noetl/ehdb-election-webhook:0.1.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+		{"pullPolicy", c.ImagePullPolicy == corev1.PullAlways},
+		{"imagePullSecrets", reflect.DeepEqual(pod.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "ghcr-pull"}})},
+		{"priorityClassName", pod.PriorityClassName == "ehdb-test-high"},
+		{"nodeSelector", pod.NodeSelector["kubernetes.io/os"] == "linux"},
+		{"tolerations", len(pod.Tolerations) == 1 && pod.Tolerations[0].Key == "dedicated"},
+		{"topologySpreadConstraints", len(pod.TopologySpreadConstraints) == 1},
+		{"podAnnotations", d.Spec.Template.Annotations["example.com/restart"] == "1"},
+		{"podLabels", d.Spec.Template.Labels["example.com/team"] == "storage"},
+		{"resources", c.Resources.Limits.Cpu().String() == "1"},
+		{"serviceAccount", pod.ServiceAccountName == "ehdb-guard"},
+		{"logLevel", slices.Contains(c.Args, "--log-level=debug")},
+		{"extraArgs", c.Args[len(c.Args)-1] == "--log-level=debug"},
+		{"commonLabels", d.Labels["team"] == "storage"},
+	}
+	for _, ck := range checks {
+		if !ck.ok {
+			t.Errorf("option not applied: %s", ck.what)
+		}
+	}
+	crb := typed[rbacv1.ClusterRoleBinding](t, r.Find("ClusterRoleBinding", "ehdb-election-webhook"))
+	if crb.Subjects[0].Name != "ehdb-guard" {
+		t.Errorf("ClusterRoleBinding binds %s, not the renamed webhook ServiceAccount", crb.Subjects[0].Name)
+	}
+	if r.Find("ServiceAccount", "ehdb-guard") == nil {
+		t.Error("renamed webhook ServiceAccount not rendered")
+	}
+	vwc := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, r.Find("ValidatingWebhookConfiguration", "ehdb-election"))
+	if vwc.Annotations["example.com/reviewed"] != "yes" || vwc.Labels["example.com/owner"] != "storage-team" {
+		t.Errorf("webhook annotations/labels not applied: %v %v", vwc.Annotations, vwc.Labels)
+	}
+	for _, w := range vwc.Webhooks {
+		if *w.ClientConfig.Service.Port != 8443 || *w.TimeoutSeconds != 10 {
+			t.Errorf("%s: service port %d timeout %d, want 8443 and 10", w.Name, *w.ClientConfig.Service.Port, *w.TimeoutSeconds)
+		}
+		if w.NamespaceSelector.MatchLabels["ehdb.noetl.io/guarded"] != "true" || len(w.NamespaceSelector.MatchExpressions) != 2 {
+			t.Errorf("%s: extra namespaceSelector not ANDed in: %+v", w.Name, w.NamespaceSelector)
+		}
+		if len(w.ObjectSelector.MatchExpressions) != 1 {
+			t.Errorf("%s: objectSelector not applied: %+v", w.Name, w.ObjectSelector)
+		}
+	}
+	if pdb := typed[policyv1.PodDisruptionBudget](t, r.Find("PodDisruptionBudget", "ehdb-election-webhook")); pdb.Spec.MinAvailable.IntValue() != 2 {
+		t.Errorf("PDB minAvailable = %v, want 2", pdb.Spec.MinAvailable)
+	}
+
+	// One replica: no PodDisruptionBudget (minAvailable 1 of 1 would block every drain).
+	if r := mustRender(t, mustValuesFile(t, "ci/permissive-values.yaml")); r.Find("PodDisruptionBudget", "ehdb-election-webhook") != nil {
+		t.Error("PDB rendered for a single replica")
+	}
+	// requireLiveLease is the policy switch for the order check.
+	r = mustRender(t, map[string]any{"webhook": map[string]any{"requireLiveLease": false}})
+	if args := typed[appsv1.Deployment](t, r.Find("Deployment", "ehdb-election-webhook")).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--require-live-lease=false") {
+		t.Errorf("requireLiveLease=false not passed: %q", args)
+	}
+}
+
+func TestWebhookConfiguration(t *testing.T) {
+	cases := []struct {
+		name             string
+		values           map[string]any
+		workloads, pods  admissionregistrationv1.FailurePolicyType
+		timeout          int32
+		excluded         []string
+		injectCAFrom     string
+		preDeleteHookVWC bool
+	}{
+		{"defaults", nil, "Fail", "Ignore", 5, []string{"kube-system"}, "", true},
+		{"permissive", mustValuesFile(t, "ci/permissive-values.yaml"), "Ignore", "Ignore", 30, nil, "", false},
+		{"cert-manager", mustValuesFile(t, "ci/certmanager-values.yaml"), "Fail", "Ignore", 5, []string{"kube-system"}, testNS + "/ehdb-election-webhook", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mustRender(t, tc.values)
+			vwc := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, r.Find("ValidatingWebhookConfiguration", "ehdb-election"))
+			if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != tc.injectCAFrom {
+				t.Errorf("inject-ca-from = %q, want %q", got, tc.injectCAFrom)
+			}
+			if len(vwc.Webhooks) != 2 {
+				t.Fatalf("%d webhook entries, want 2", len(vwc.Webhooks))
+			}
+			workloads, pods := vwc.Webhooks[0], vwc.Webhooks[1]
+			wantWorkloadRules := []admissionregistrationv1.RuleWithOperations{
+				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{"batch"}, APIVersions: []string{"v1"}, Resources: []string{"jobs", "cronjobs"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+			}
+			if !reflect.DeepEqual(workloads.Rules, wantWorkloadRules) {
+				t.Errorf("workload rules:\n got %+v\nwant %+v", workloads.Rules, wantWorkloadRules)
+			}
+			wantPodRules := []admissionregistrationv1.RuleWithOperations{
+				{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+			}
+			if !reflect.DeepEqual(pods.Rules, wantPodRules) {
+				t.Errorf("pod rules:\n got %+v\nwant %+v", pods.Rules, wantPodRules)
+			}
+			for _, w := range []struct {
+				hook admissionregistrationv1.ValidatingWebhook
+				fp   admissionregistrationv1.FailurePolicyType
+			}{{workloads, tc.workloads}, {pods, tc.pods}} {
+				h := w.hook
+				if *h.FailurePolicy != w.fp {
+					t.Errorf("%s failurePolicy = %s, want %s", h.Name, *h.FailurePolicy, w.fp)
+				}
+				if *h.TimeoutSeconds != tc.timeout || *h.SideEffects != admissionregistrationv1.SideEffectClassNone ||
+					!reflect.DeepEqual(h.AdmissionReviewVersions, []string{"v1"}) {
+					t.Errorf("%s: timeout %d sideEffects %s versions %v", h.Name, *h.TimeoutSeconds, *h.SideEffects, h.AdmissionReviewVersions)
+				}
+				if s := h.ClientConfig.Service; s == nil || s.Name != "ehdb-election-webhook" || s.Namespace != testNS || *s.Path != "/validate" || h.ClientConfig.URL != nil {
+					t.Errorf("%s clientConfig = %+v, want the webhook Service at /validate", h.Name, h.ClientConfig)
+				}
+				if len(h.ClientConfig.CABundle) != 0 {
+					t.Errorf("%s renders a caBundle: an upgrade would overwrite the rotator's", h.Name)
+				}
+				var excluded []string
+				for _, e := range h.NamespaceSelector.MatchExpressions {
+					if e.Key == "kubernetes.io/metadata.name" && e.Operator == "NotIn" {
+						excluded = append(excluded, e.Values...)
+					}
+				}
+				if !slices.Equal(excluded, tc.excluded) {
+					t.Errorf("%s excludes namespaces %v, want %v", h.Name, excluded, tc.excluded)
+				}
+				if len(h.MatchConditions) != 1 || !strings.Contains(h.MatchConditions[0].Expression, "NOETL_EHDB_FENCING") ||
+					!strings.Contains(h.MatchConditions[0].Expression, "envFrom") || !strings.Contains(h.MatchConditions[0].Expression, "initContainers") {
+					t.Errorf("%s matchConditions = %+v", h.Name, h.MatchConditions)
+				}
+			}
+			if !strings.Contains(workloads.MatchConditions[0].Expression, "object.spec.jobTemplate.spec.template.spec.containers") ||
+				!strings.Contains(workloads.MatchConditions[0].Expression, "object.spec.template.spec.containers") {
+				t.Errorf("workload matchCondition misses the CronJob or the plain template path: %s", workloads.MatchConditions[0].Expression)
+			}
+
+			// The pre-delete copy: identical configuration, only the hook annotations added.
+			var hook *unstructured.Unstructured
+			for _, h := range r.Hooks {
+				if h.GetKind() == "ValidatingWebhookConfiguration" && h.GetName() == "ehdb-election" {
+					hook = h
+				}
+			}
+			if (hook != nil) != tc.preDeleteHookVWC {
+				t.Fatalf("pre-delete hook rendered = %v, want %v", hook != nil, tc.preDeleteHookVWC)
+			}
+			if hook == nil {
+				return
+			}
+			hv := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, hook)
+			ann := hv.Annotations
+			if ann["helm.sh/hook"] != "pre-delete" || ann["helm.sh/hook-delete-policy"] != "before-hook-creation,hook-succeeded" {
+				t.Errorf("hook annotations = %v", ann)
+			}
+			for _, k := range []string{"helm.sh/hook", "helm.sh/hook-weight", "helm.sh/hook-delete-policy"} {
+				delete(ann, k)
+			}
+			if !reflect.DeepEqual(hv.Webhooks, vwc.Webhooks) || !reflect.DeepEqual(hv.Labels, vwc.Labels) || !reflect.DeepEqual(nilIfEmpty(ann), nilIfEmpty(vwc.Annotations)) {
+				t.Error("the pre-delete copy differs from the release's webhook configuration: `helm template | kubectl apply` would apply two different ones")
+			}
+		})
+	}
+}
+
+// TestHelmDeletesTheWebhookConfigurationLast is the premise of the pre-delete hook: left to its kind
+// order, `helm uninstall` deletes the Service and the Deployment before the webhook configuration.
+// If a Helm release changes that order, this test says the hook may no longer be needed.
+func TestHelmDeletesTheWebhookConfigurationLast(t *testing.T) {
+	r := mustRender(t, nil)
+	order, err := UninstallOrder(r.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := func(id string) int {
+		i := slices.Index(order, id)
+		if i < 0 {
+			t.Fatalf("%s not in %v", id, order)
+		}
+		return i
+	}
+	vwc := pos("ValidatingWebhookConfiguration/ehdb-election")
+	for _, id := range []string{"Service/ehdb-election-webhook", "Deployment/ehdb-election-webhook"} {
+		if pos(id) > vwc {
+			t.Errorf("helm deletes %s after the webhook configuration; order: %v", id, order)
+		}
+	}
+}
+
+func TestLeaseGuardPolicy(t *testing.T) {
+	r := mustRender(t, nil)
+	vap := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, r.Find("ValidatingAdmissionPolicy", "ehdb-election-lease-guard.noetl"))
+	if *vap.Spec.FailurePolicy != admissionregistrationv1.Fail {
+		t.Errorf("failurePolicy = %s, want Fail", *vap.Spec.FailurePolicy)
+	}
+	rules := vap.Spec.MatchConstraints.ResourceRules
+	if len(rules) != 1 || !reflect.DeepEqual(rules[0].APIGroups, []string{"coordination.k8s.io"}) || !reflect.DeepEqual(rules[0].Resources, []string{"leases"}) ||
+		!reflect.DeepEqual(rules[0].Operations, []admissionregistrationv1.OperationType{"UPDATE", "DELETE"}) {
+		t.Errorf("matchConstraints = %+v", rules)
+	}
+	b := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, r.Find("ValidatingAdmissionPolicyBinding", "ehdb-election-lease-guard.noetl"))
+	if b.Spec.PolicyName != vap.Name || !reflect.DeepEqual(b.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{"Deny"}) {
+		t.Errorf("binding = %+v", b.Spec)
+	}
+	if got := b.Spec.MatchResources.NamespaceSelector.MatchLabels; !reflect.DeepEqual(got, map[string]string{"kubernetes.io/metadata.name": testNS}) {
+		t.Errorf("binding namespaceSelector = %v, want the release namespace only", got)
+	}
+	if r := mustRender(t, map[string]any{"leaseGuard": map[string]any{"enabled": false}}); len(r.OfKind("ValidatingAdmissionPolicy"))+len(r.OfKind("ValidatingAdmissionPolicyBinding")) != 0 {
+		t.Error("leaseGuard.enabled=false still renders the policy")
+	}
+}
+
+func TestWriterRBACOnlyRelease(t *testing.T) {
+	r := mustRender(t, mustValuesFile(t, "ci/writer-rbac-only-values.yaml"))
+	for _, o := range append(slices.Clone(r.Objects), r.Hooks...) {
+		if o.GetLabels()["app.kubernetes.io/component"] == "webhook" {
+			t.Errorf("webhook.enabled=false renders %s/%s", o.GetKind(), o.GetName())
+		}
+	}
+	for _, id := range [][2]string{{"Role", "ehdb-shard-election"}, {"RoleBinding", "ehdb-shard-election"}, {"ServiceAccount", "noetl-cmdbus-writer"}, {"ValidatingAdmissionPolicy", "ehdb-election-lease-guard.noetl"}} {
+		if r.Find(id[0], id[1]) == nil {
+			t.Errorf("%s/%s missing", id[0], id[1])
+		}
+	}
+}
+
+func TestPrometheusRule(t *testing.T) {
+	r := mustRender(t, mustValuesFile(t, "ci/full-values.yaml"))
+	pr := r.Find("PrometheusRule", "ehdb-election")
+	if pr == nil {
+		t.Fatal("PrometheusRule not rendered")
+	}
+	groups, _, _ := unstructured.NestedSlice(pr.Object, "spec", "groups")
+	exprs := map[string]string{}
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, rule := range rules {
+			m := rule.(map[string]any)
+			exprs[m["alert"].(string)] = m["expr"].(string)
+		}
+	}
+	sel := `namespace="noetl",job="noetl-cmdbus-writer"`
+	want := map[string]string{
+		"EhdbElectionTokenNotValid":  `ehdb_election_token_valid{` + sel + `} == 0 and ehdb_election_active{` + sel + `} == 1`,
+		"EhdbElectionForbidden":      `rate(ehdb_election_errors_total{reason="forbidden", ` + sel + ` }[5m]) > 0`,
+		"EhdbElectionWebhookDenials": `sum by (namespace, kind, reason) (increase(ehdb_webhook_decisions_total{result="denied"}[10m])) > 0`,
+	}
+	if !reflect.DeepEqual(exprs, want) {
+		t.Errorf("alerts:\n got %v\nwant %v", exprs, want)
+	}
+	// The default selector is the release namespace.
+	r = mustRender(t, map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"enabled": true}}})
+	if !strings.Contains(r.Manifest, `ehdb_election_token_valid{namespace="noetl"} == 0`) {
+		t.Error("default writer selector is not the release namespace")
+	}
+}
+
+func TestNotesGiveTheStepsInTheDesignsOrder(t *testing.T) {
+	notes := mustRender(t, nil).Notes
+	steps := []string{
+		"1. Bind the ServiceAccount", "serviceAccountName\":\"noetl-cmdbus-writer",
+		"2. Enable the election", "NOETL_EHDB_ELECTION=true",
+		"3. Verify it is minting", "ehdb_election_token_valid 1", "ehdb_election_epoch >= 1",
+		"4. Only then enforce", "NOETL_EHDB_FENCING=enforce",
+	}
+	last := -1
+	for _, s := range steps {
+		i := strings.Index(notes, s)
+		if i < 0 {
+			t.Fatalf("NOTES.txt lacks %q:\n%s", s, notes)
+		}
+		if i < last {
+			t.Errorf("NOTES.txt gives %q out of order", s)
+		}
+		last = i
+	}
+}
+
+// TestReadmeDocumentsEveryValue: the README's values table names every key of values.yaml.
+func TestReadmeDocumentsEveryValue(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(Dir(), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(Dir(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(string(readme)))
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "| `") {
+			documented[strings.SplitN(strings.TrimPrefix(line, "| `"), "`", 2)[0]] = true
+		}
+	}
+	var keys []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			key := strings.TrimPrefix(prefix+"."+k, ".")
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && !leafMaps[key] {
+				walk(key, sub)
+				continue
+			}
+			keys = append(keys, key)
+		}
+	}
+	walk("", values)
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !documented[k] {
+			t.Errorf("README.md values table lacks `%s`", k)
+		}
+	}
+}
+
+// leafMaps are values documented as a whole (Kubernetes-shaped objects), not key by key.
+var leafMaps = map[string]bool{
+	"webhook.resources":          true,
+	"webhook.podSecurityContext": true,
+	"webhook.securityContext":    true,
+	"networkPolicy.egress":       true,
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func nilIfEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}

@@ -1,0 +1,254 @@
+package status
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
+)
+
+// The series the scrape reads (SPEC "Metrics"). token_valid is what a fence consults; the epoch is
+// the token it would use.
+const (
+	MetricTokenValid = "ehdb_election_token_valid"
+	MetricEpoch      = "ehdb_election_epoch"
+)
+
+// Where a writer serves its metrics (the reference deployment and cmd/ehdb-writer).
+const (
+	MetricsPort = "9090"
+	MetricsPath = "metrics"
+)
+
+// Scrape is what a holder pod's /metrics said about its token, or why it could not be read. A
+// failed scrape is a property of its row, never a failure of the view.
+type Scrape struct {
+	Pod string
+	// TokenValid and Epoch are nil when the series could not be read.
+	TokenValid *bool
+	Epoch      *int64
+	// Err says why the pod could not be scraped or its answer not understood; "" when both series
+	// were read.
+	Err string
+}
+
+// Fetcher fetches a pod's metrics exposition: the body and its Content-Type.
+type Fetcher interface {
+	Fetch(ctx context.Context, namespace, pod string) (body []byte, contentType string, err error)
+}
+
+// PodProxy fetches through the API server's pod proxy
+// (/api/v1/namespaces/NS/pods/NAME:PORT/proxy/PATH), so the scrape needs nothing but the
+// kubeconfig: no port-forward, no route to the pod network. It needs `get pods/proxy`.
+type PodProxy struct {
+	// Client is a core/v1 REST client (clientset.CoreV1().RESTClient()).
+	Client rest.Interface
+	Port   string // default MetricsPort
+	Path   string // default MetricsPath
+}
+
+// Fetch implements Fetcher.
+func (p PodProxy) Fetch(ctx context.Context, namespace, pod string) ([]byte, string, error) {
+	port, path := p.Port, p.Path
+	if port == "" {
+		port = MetricsPort
+	}
+	if path == "" {
+		path = MetricsPath
+	}
+	var contentType string
+	body, err := p.Client.Get().
+		Namespace(namespace).
+		Resource("pods").
+		Name(pod+":"+port).
+		SubResource("proxy").
+		Suffix(path).
+		// Ask for the text format: it is what every Prometheus client serves and what we decode.
+		SetHeader("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain))).
+		Do(ctx).
+		ContentType(&contentType).
+		Raw()
+	return body, contentType, err
+}
+
+// WriterMetrics are the election series read from one exposition; nil when absent.
+type WriterMetrics struct {
+	TokenValid *bool
+	Epoch      *int64
+}
+
+// ParseExposition decodes a Prometheus exposition (the format named by contentType; text when it
+// names none) and reads the election's token_valid and epoch. A missing series is nil, not an
+// error: the caller says what is missing; an unreadable value is an error.
+func ParseExposition(body []byte, contentType string) (WriterMetrics, error) {
+	var m WriterMetrics
+	format := expfmt.ResponseFormat(http.Header{"Content-Type": {contentType}})
+	if format == expfmt.FmtUnknown {
+		format = expfmt.NewFormat(expfmt.TypeTextPlain)
+	}
+	dec := expfmt.NewDecoder(bytes.NewReader(body), format)
+	for {
+		var mf dto.MetricFamily
+		err := dec.Decode(&mf)
+		if errors.Is(err, io.EOF) {
+			return m, nil
+		}
+		if err != nil {
+			return m, fmt.Errorf("cannot parse the metrics exposition: %w", err)
+		}
+		switch mf.GetName() {
+		case MetricTokenValid:
+			v, err := singleValue(&mf)
+			if err != nil {
+				return m, err
+			}
+			switch v {
+			case 0, 1:
+				b := v == 1
+				m.TokenValid = &b
+			default:
+				return m, fmt.Errorf("%s is %v, expected 0 or 1", MetricTokenValid, v)
+			}
+		case MetricEpoch:
+			v, err := singleValue(&mf)
+			if err != nil {
+				return m, err
+			}
+			if v < 0 || v != math.Trunc(v) || v > math.MaxInt64 {
+				return m, fmt.Errorf("%s is %v, expected a whole number >= 0", MetricEpoch, v)
+			}
+			n := int64(v)
+			m.Epoch = &n
+		}
+	}
+}
+
+// singleValue is the value of an unlabelled gauge (or untyped: the text format without a TYPE line).
+func singleValue(mf *dto.MetricFamily) (float64, error) {
+	if len(mf.GetMetric()) != 1 {
+		return 0, fmt.Errorf("%s has %d series, expected 1", mf.GetName(), len(mf.GetMetric()))
+	}
+	mt := mf.GetMetric()[0]
+	switch {
+	case mt.GetGauge() != nil:
+		return mt.GetGauge().GetValue(), nil
+	case mt.GetUntyped() != nil:
+		return mt.GetUntyped().GetValue(), nil
+	}
+	return 0, fmt.Errorf("%s is a %s, expected a gauge", mf.GetName(), strings.ToLower(mf.GetType().String()))
+}
+
+// ScrapeOptions tune ScrapeRows.
+type ScrapeOptions struct {
+	// Timeout bounds each pod's scrape (default 5s): one hung pod must not hold up the view.
+	Timeout time.Duration
+	// Concurrency bounds the scrapes in flight (default 8).
+	Concurrency int
+}
+
+// ScrapeRows fills in Scrape on every row: the holder pod's token_valid and epoch, or why they
+// could not be read. It never fails; each row carries its own outcome.
+func ScrapeRows(ctx context.Context, f Fetcher, namespace string, rows []Row, opts ScrapeOptions) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 8
+	}
+	sem := make(chan struct{}, opts.Concurrency)
+	var wg sync.WaitGroup
+	for i := range rows {
+		r := &rows[i]
+		if r.Holder == "" {
+			r.Scrape = &Scrape{Err: "released: no holder to scrape"}
+			continue
+		}
+		if errs := validation.IsDNS1123Subdomain(r.Pod); len(errs) > 0 {
+			r.Scrape = &Scrape{Pod: r.Pod, Err: fmt.Sprintf("holder identity %q does not name a pod: %s", r.Holder, strings.Join(errs, "; "))}
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r.Scrape = scrapeOne(ctx, f, namespace, r.Pod, opts.Timeout)
+		}()
+	}
+	wg.Wait()
+}
+
+func scrapeOne(ctx context.Context, f Fetcher, namespace, pod string, timeout time.Duration) *Scrape {
+	s := &Scrape{Pod: pod}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	body, contentType, err := f.Fetch(ctx, namespace, pod)
+	if err != nil {
+		s.Err = describeFetchError(err, namespace, pod, timeout)
+		return s
+	}
+	m, err := ParseExposition(body, contentType)
+	s.TokenValid, s.Epoch = m.TokenValid, m.Epoch
+	var missing []string
+	if s.TokenValid == nil {
+		missing = append(missing, MetricTokenValid)
+	}
+	if s.Epoch == nil {
+		missing = append(missing, MetricEpoch)
+	}
+	switch {
+	case err != nil:
+		s.Err = err.Error()
+	case len(missing) > 0:
+		s.Err = fmt.Sprintf("no %s on :%s/%s (is this pod an ehdb writer with the election built in?)", strings.Join(missing, " or "), MetricsPort, MetricsPath)
+	}
+	return s
+}
+
+// describeFetchError says, in an operator's words, why the pod proxy gave no metrics.
+func describeFetchError(err error, namespace, pod string, timeout time.Duration) string {
+	var status apierrors.APIStatus
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err):
+		return fmt.Sprintf("no answer from pod %s within %s", pod, timeout)
+	case apierrors.IsForbidden(err):
+		return fmt.Sprintf("forbidden: the scrape needs get on pods/proxy in namespace %s (%s)", namespace, apiMessage(err))
+	case apierrors.IsUnauthorized(err):
+		return fmt.Sprintf("unauthorized: the API server rejected the credentials (%s)", apiMessage(err))
+	case apierrors.IsNotFound(err) && isPodNotFound(err, pod):
+		return fmt.Sprintf("pod %s not found in namespace %s (the holder may be gone)", pod, namespace)
+	case errors.As(err, &status):
+		return fmt.Sprintf("pod proxy to %s:%s/%s answered %d: %s", pod, MetricsPort, MetricsPath, status.Status().Code, apiMessage(err))
+	}
+	return fmt.Sprintf("cannot reach the API server: %v", err)
+}
+
+// isPodNotFound tells the API server's "pods NAME not found" from a 404 the pod itself answered
+// through the proxy (its /metrics path missing).
+func isPodNotFound(err error, pod string) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Kind == "pods" && (d.Name == pod || strings.HasPrefix(d.Name, pod+":"))
+}
+
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		return strings.TrimSpace(status.Status().Message)
+	}
+	return err.Error()
+}

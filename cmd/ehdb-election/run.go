@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/noetl/ehdb-election/cmd/ehdb-election/internal/status"
+)
+
+// run is the CLI: argv is the full command line (argv[0] is how we were invoked, which names us
+// in usage: "kubectl ehdb-election" when run as a kubectl plugin). It returns the exit code.
+func run(argv []string, stdout, stderr io.Writer) int {
+	name := "ehdb-election"
+	if len(argv) > 0 && strings.HasPrefix(filepath.Base(argv[0]), "kubectl-") {
+		name = "kubectl ehdb-election"
+	}
+	var args []string
+	if len(argv) > 1 {
+		args = argv[1:]
+	}
+	if len(args) == 0 {
+		usage(stderr, name)
+		return status.ExitUsage
+	}
+	switch args[0] {
+	case "status":
+		return status.Run(context.Background(), args[1:], stdout, stderr, status.Options{Name: name})
+	case "help", "-h", "--help":
+		usage(stdout, name)
+		return status.ExitOK
+	}
+	fmt.Fprintf(stderr, "error: unknown command %q\n", args[0])
+	usage(stderr, name)
+	return status.ExitUsage
+}
+
+func usage(w io.Writer, name string) {
+	fmt.Fprintf(w, `Usage: %[1]s <command> [flags]
+
+Commands:
+  status   every ehdb-shard-* Lease of a namespace: shard, holder, epoch, renewed, expires, live/expired/released
+
+Run '%[1]s status --help' for its flags.
+`, name)
+}

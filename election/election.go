@@ -103,6 +103,8 @@ type Election struct {
 	active   atomic.Bool
 	outcomes [len(outcomeNames)]atomic.Uint64
 	errs     [numReasons]atomic.Uint64
+	// watchEvents counts the watch events the driver has handled (tests wait on it).
+	watchEvents atomic.Uint64
 
 	pubMu    sync.Mutex // orders publish against Release's drop of the token
 	released bool
@@ -775,6 +777,7 @@ func (e *Election) handle(m watchMsg) {
 	if !ok || l.Name != e.name {
 		return
 	}
+	defer e.watchEvents.Add(1)
 	switch m.ev.Type {
 	case watch.Added, watch.Modified:
 		if d.rec != nil && !newer(l.ResourceVersion, d.rec.ResourceVersion) {

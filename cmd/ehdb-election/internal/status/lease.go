@@ -146,7 +146,7 @@ func row(l *coordinationv1.Lease, shard uint32, now time.Time) Row {
 	case r.Holder == "":
 		r.State = Released
 	case r.RenewTime == nil:
-		r.State, r.Note = Expired, "never renewed (no renewTime)"
+		r.State, r.Note = Expired, "never renewed: no renewTime"
 	case r.LeaseDuration == nil:
 		r.State, r.Note = Expired, "no leaseDurationSeconds"
 	case *r.LeaseDuration <= 0:

@@ -125,27 +125,33 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
 }
 
-// decide gathers facts round by round until the policy needs nothing more, then decides.
+// decide bounds the lookups in time and evaluates.
 func (h *Handler) decide(ctx context.Context, in Input) (Decision, int) {
 	now := time.Now()
 	if h.Clock != nil {
 		now = h.Clock.Now()
 	}
-	facts := NewFacts(now)
 	timeout := h.LookupTimeout
 	if timeout <= 0 {
 		timeout = 4 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	return Evaluate(ctx, h.Resolver, in, h.Policy, now)
+}
+
+// Evaluate gathers facts with r, round by round, until the policy needs nothing more, then
+// decides at now. It returns the decision and the number of lookups made.
+func Evaluate(ctx context.Context, r Resolver, in Input, p Policy, now time.Time) (Decision, int) {
+	facts := NewFacts(now)
 	lookups := 0
 	for round := 0; round < maxRounds; round++ {
-		q := Needs(in, facts, h.Policy)
+		q := Needs(in, facts, p)
 		if q.Empty() {
 			break
 		}
 		lookups += q.Size()
-		facts.Merge(h.Resolver.Resolve(ctx, q))
+		facts.Merge(r.Resolve(ctx, q))
 	}
-	return Decide(in, facts, h.Policy), lookups
+	return Decide(in, facts, p), lookups
 }

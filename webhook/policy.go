@@ -191,6 +191,9 @@ type electionView struct {
 	namespace    Value // where the Lease lives
 	shards       []uint32
 	shardProblem string // why the shards cannot be told ("" when shards is complete)
+	// shardCertain is true when shardProblem is certain to stop the election (it declines to
+	// run without a shard), rather than only keeping the guard from telling the shard.
+	shardCertain bool
 }
 
 // firstSet returns the first of names that is set the way election.ParseConfig sees it: a known
@@ -246,6 +249,7 @@ func judgeElection(w *Workload, env *Env) electionView {
 		case cfg.HasShard:
 			ev.shards = []uint32{cfg.Shard}
 		default:
+			ev.shardCertain = true
 			ev.shardProblem = fmt.Sprintf("%s=%q gives the election no shard, so it would not run", name, v.Text)
 			if msg := problemsAbout(problems, name); msg != "" {
 				ev.shardProblem += " (" + msg + ")"
@@ -261,6 +265,7 @@ func judgeElection(w *Workload, env *Env) electionView {
 		host := statefulSetHostname(w, int64(w.OrdinalStart)+i)
 		c, _ := parse(host)
 		if !c.HasShard {
+			ev.shardCertain = true
 			ev.shardProblem = fmt.Sprintf("the pod hostname %q gives the election no shard, so it would not run", host)
 			ev.shards = nil
 			return ev
@@ -430,6 +435,10 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 			d.unmet(ReasonElectionDisabled,
 				fmt.Sprintf("%s: election is not enabled: %s.", v.label(), detail),
 				fmt.Sprintf("set %s=true in the env of %s, the same container that sets %s.", election.EnvElection, v.label(), EnvFencing))
+		case ev.shardProblem != "" && ev.shardCertain:
+			d.unmet(ReasonShardUnknown,
+				fmt.Sprintf("%s: %s.", v.label(), ev.shardProblem),
+				fmt.Sprintf("set %s to the writer's shard number (decimal), or run it as a StatefulSet whose pod hostnames end in the ordinal.", election.EnvShard))
 		default:
 			for _, pr := range ev.problems {
 				d.warn(fmt.Sprintf("%s: %v", v.label(), pr))
@@ -465,7 +474,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	namespaces := map[string]bool{}
 	for i, ev := range elections {
 		if !ev.namespace.Known() {
-			d.unmet(ReasonCouldNotVerify,
+			d.unmet(ReasonElectionUnknowable,
 				fmt.Sprintf("%s: the election's namespace cannot be known (%s).", armed[i].label(), ev.namespace.Unknown.String()),
 				fmt.Sprintf("set %s (or POD_NAMESPACE from fieldRef metadata.namespace) to a value the guard can read.", election.EnvNamespace))
 			continue
@@ -505,7 +514,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	// 3. The order check, on the transition to armed.
 	if orderCheckApplies(in, p) && !oldArmed(in, cms) {
 		for i, ev := range elections {
-			if !ev.namespace.Known() {
+			if !ev.namespace.Known() || (ev.enabled && ev.shardCertain) {
 				continue // already reported
 			}
 			if ev.shardProblem != "" {

@@ -1,0 +1,76 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// maxReviewBytes is controller-runtime's limit: two objects of at most 3 MiB and the rest.
+const maxReviewBytes = 7 << 20
+
+// NewHTTPHandler serves h at an admission path. It checks the envelope before controller-runtime
+// decodes it, because that decoder answers any apiVersion and kind (it would answer
+// "admission.k8s.io/v9" or a Pod as if they were reviews): anything that is not a POSTed
+// admission.k8s.io/v1 AdmissionReview with a request gets HTTP 400 (405, 413) and a plain-text
+// reason. A proper review whose object is missing or undecodable gets a denial with code 400.
+func NewHTTPHandler(h *Handler) http.Handler {
+	wh := NewWebhook(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
+			return
+		}
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			http.Error(w, fmt.Sprintf("Content-Type %q, want application/json", r.Header.Get("Content-Type")), http.StatusBadRequest)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
+		if err != nil {
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(body) > maxReviewBytes {
+			http.Error(w, fmt.Sprintf("request larger than %d bytes", maxReviewBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		if err := checkEnvelope(body); err != nil {
+			http.Error(w, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.Header.Set("Content-Type", "application/json")
+		wh.ServeHTTP(w, r)
+	})
+}
+
+// checkEnvelope requires an admission.k8s.io/v1 AdmissionReview with a request.
+func checkEnvelope(body []byte) error {
+	var env struct {
+		APIVersion string          `json:"apiVersion"`
+		Kind       string          `json:"kind"`
+		Request    json.RawMessage `json:"request"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return fmt.Errorf("not JSON: %w", err)
+	}
+	if env.APIVersion != "admission.k8s.io/v1" || env.Kind != "AdmissionReview" {
+		return fmt.Errorf("got apiVersion %q kind %q, want admission.k8s.io/v1 AdmissionReview", env.APIVersion, env.Kind)
+	}
+	if len(env.Request) == 0 || string(env.Request) == "null" {
+		return fmt.Errorf("no request")
+	}
+	if env.Request[0] != '{' {
+		return fmt.Errorf("request is not an object")
+	}
+	return nil
+}
+
+var _ admission.Handler = (*Handler)(nil)

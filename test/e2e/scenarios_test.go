@@ -105,7 +105,7 @@ func TestScenario2Failover(t *testing.T) {
 	standby := map[*writer]*writer{a: b, b: a}[holder]
 
 	killed := time.Now()
-	holder.kill()
+	holder.Kill()
 	next, e2 := waitValid(t, lease+renew+5*time.Second, standby)
 	took := time.Since(killed)
 	if e2 != e1+1 {
@@ -130,7 +130,7 @@ func TestScenario2Failover(t *testing.T) {
 	t.Logf("SIGTERM: successor acquired epoch %d after %s", e3, took.Round(time.Millisecond))
 
 	// A restarted writer under the same pod name must not inherit the epoch.
-	c.kill()
+	c.Kill()
 	d := s.writer(shard0)
 	_, e4 := waitValid(t, lease+renew+5*time.Second, d)
 	if e4 != e3+1 {
@@ -147,27 +147,27 @@ func TestScenario3Pause(t *testing.T) {
 	holder, e1 := waitValid(t, 20*time.Second, a, b)
 	standby := map[*writer]*writer{a: b, b: a}[holder]
 
-	holder.signal(syscall.SIGSTOP)
+	holder.Signal(syscall.SIGSTOP)
 	time.Sleep(2 * lease)
 	_, e2 := waitValid(t, 5*time.Second, standby)
 	if e2 != e1+1 {
 		t.Fatalf("standby epoch %d, want %d", e2, e1+1)
 	}
-	holder.signal(syscall.SIGCONT)
-	tok, err := holder.token()
+	holder.Signal(syscall.SIGCONT)
+	tok, err := holder.Token()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok.valid {
-		t.Fatalf("the paused writer's first scrape after SIGCONT says token_valid=1 (epoch %d)", tok.epoch)
+	if tok.Valid {
+		t.Fatalf("the paused writer's first scrape after SIGCONT says token_valid=1 (epoch %d)", tok.Epoch)
 	}
 	eventually(t, lease+5*time.Second, "the woken writer reports lost", func() error {
-		m, err := holder.scrape()
+		m, err := holder.Scrape()
 		if err != nil {
 			return err
 		}
-		if m.get(`ehdb_election_outcomes_total{outcome="lost"}`) < 1 || m.get("ehdb_election_holds_lease") != 0 {
-			return fmt.Errorf("lost=%v holds_lease=%v", m.get(`ehdb_election_outcomes_total{outcome="lost"}`), m.get("ehdb_election_holds_lease"))
+		if m.Get(`ehdb_election_outcomes_total{outcome="lost"}`) < 1 || m.Get("ehdb_election_holds_lease") != 0 {
+			return fmt.Errorf("lost=%v holds_lease=%v", m.Get(`ehdb_election_outcomes_total{outcome="lost"}`), m.Get("ehdb_election_holds_lease"))
 		}
 		return nil
 	})
@@ -197,18 +197,18 @@ func TestScenario4APIServerGone(t *testing.T) {
 		}
 	})
 	for _, w := range []*writer{w0, w1} {
-		eventually(t, lease+2*time.Second, w.name+" drops token_valid", func() error {
-			m, err := w.scrape()
+		eventually(t, lease+2*time.Second, w.Name+" drops token_valid", func() error {
+			m, err := w.Scrape()
 			if err != nil {
 				return err
 			}
-			if m.get("ehdb_election_token_valid") != 0 {
-				return fmt.Errorf("token_valid still 1, last contact %vs ago", m.get("ehdb_election_last_contact_age_seconds"))
+			if m.Get("ehdb_election_token_valid") != 0 {
+				return fmt.Errorf("token_valid still 1, last contact %vs ago", m.Get("ehdb_election_last_contact_age_seconds"))
 			}
-			if m.get("ehdb_election_last_contact_age_seconds") < leaseSecs {
-				return fmt.Errorf("token_valid 0 but last contact only %vs ago", m.get("ehdb_election_last_contact_age_seconds"))
+			if m.Get("ehdb_election_last_contact_age_seconds") < leaseSecs {
+				return fmt.Errorf("token_valid 0 but last contact only %vs ago", m.Get("ehdb_election_last_contact_age_seconds"))
 			}
-			if m.get(`ehdb_election_errors_total{reason="unreachable"}`) < 1 {
+			if m.Get(`ehdb_election_errors_total{reason="unreachable"}`) < 1 {
 				return fmt.Errorf("no unreachable errors counted yet")
 			}
 			return nil
@@ -216,8 +216,8 @@ func TestScenario4APIServerGone(t *testing.T) {
 	}
 	time.Sleep(lease) // longer than the lease, in all
 	for _, w := range []*writer{w0, w1} {
-		if w.exited() {
-			t.Fatalf("writer %s exited while the API server was down", w.name)
+		if w.Exited() {
+			t.Fatalf("writer %s exited while the API server was down", w.Name)
 		}
 	}
 	if err := s.c.StartAPIServer(context.Background()); err != nil {
@@ -247,16 +247,16 @@ func TestScenario5RBACPulled(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, lease+5*time.Second, "forbidden errors climb and the token drops", func() error {
-		m, err := w.scrape()
+		m, err := w.Scrape()
 		if err != nil {
 			return err
 		}
-		if m.get(`ehdb_election_errors_total{reason="forbidden"}`) < 2 || m.get("ehdb_election_token_valid") != 0 {
-			return fmt.Errorf("forbidden=%v token_valid=%v", m.get(`ehdb_election_errors_total{reason="forbidden"}`), m.get("ehdb_election_token_valid"))
+		if m.Get(`ehdb_election_errors_total{reason="forbidden"}`) < 2 || m.Get("ehdb_election_token_valid") != 0 {
+			return fmt.Errorf("forbidden=%v token_valid=%v", m.Get(`ehdb_election_errors_total{reason="forbidden"}`), m.Get("ehdb_election_token_valid"))
 		}
 		return nil
 	})
-	if w.exited() {
+	if w.Exited() {
 		t.Fatal("the writer exited on 403 (it must degrade, not crash-loop)")
 	}
 	binding.ResourceVersion, binding.UID = "", ""
@@ -298,7 +298,7 @@ func TestScenario6PartitionOfOneWriter(t *testing.T) {
 	if err := clientcmd.WriteToFile(*cfg, kube); err != nil {
 		t.Fatal(err)
 	}
-	partitioned := startWriter(t, writerSpec{hostname: shard0, namespace: s.ns, kubeconfig: kube, leaseSecs: leaseSecs, renewSecs: renewSecs, dir: s.dir})
+	partitioned := startWriter(t, s.writerSpec(shard0, kube))
 	_, e1 := waitValid(t, 20*time.Second, partitioned)
 	standby, other := s.writer(shard0), s.writer(shard1)
 	_, o1 := waitValid(t, 20*time.Second, other)
@@ -306,18 +306,18 @@ func TestScenario6PartitionOfOneWriter(t *testing.T) {
 	// A slow path is not a partition: the holder keeps its token.
 	p.setDelay(100 * time.Millisecond)
 	time.Sleep(2 * lease)
-	if tok, err := partitioned.token(); err != nil || !tok.valid || tok.epoch != e1 {
+	if tok, err := partitioned.Token(); err != nil || !tok.Valid || tok.Epoch != e1 {
 		t.Fatalf("with 100ms of delay the holder lost its token: %+v %v", tok, err)
 	}
 
 	p.blackhole()
 	cut := time.Now()
 	eventually(t, lease+2*time.Second, "the partitioned writer's token expires", func() error {
-		tok, err := partitioned.token()
+		tok, err := partitioned.Token()
 		if err != nil {
 			return err
 		}
-		if tok.valid {
+		if tok.Valid {
 			return fmt.Errorf("still valid %s after the cut", time.Since(cut))
 		}
 		return nil
@@ -326,17 +326,17 @@ func TestScenario6PartitionOfOneWriter(t *testing.T) {
 	if e2 != e1+1 {
 		t.Fatalf("the standby took over with epoch %d, want %d", e2, e1+1)
 	}
-	if tok, err := other.token(); err != nil || !tok.valid || tok.epoch != o1 {
+	if tok, err := other.Token(); err != nil || !tok.Valid || tok.Epoch != o1 {
 		t.Fatalf("the writer of shard 1 was disturbed by shard 0's partition: %+v %v", tok, err)
 	}
 	p.heal()
 	eventually(t, lease+10*time.Second, "the healed writer learns it lost", func() error {
-		m, err := partitioned.scrape()
+		m, err := partitioned.Scrape()
 		if err != nil {
 			return err
 		}
-		if m.get("ehdb_election_holds_lease") != 0 || m.get("ehdb_election_token_valid") != 0 {
-			return fmt.Errorf("holds_lease=%v", m.get("ehdb_election_holds_lease"))
+		if m.Get("ehdb_election_holds_lease") != 0 || m.Get("ehdb_election_token_valid") != 0 {
+			return fmt.Errorf("holds_lease=%v", m.Get("ehdb_election_holds_lease"))
 		}
 		return nil
 	})
@@ -369,7 +369,7 @@ func TestScenario7WebhookDown(t *testing.T) {
 		return nil
 	})
 
-	s.stopWebhook()
+	s.webhook.Stop()
 	_, err := setEnv(ctx, s, "NOETL_EHDB_ELECTION_LEASE_SECS", "20", false)
 	wantDenied(t, "armed StatefulSet update with the webhook down", err, "failed calling webhook")
 	if _, err := cs.AppsV1().Deployments(s.ns).Create(ctx, unrelatedDeployment(s.ns), metav1.CreateOptions{}); err != nil {

@@ -58,7 +58,7 @@ func TestSoak(t *testing.T) {
 	var mu sync.Mutex
 	ws := make([]*writer, n)
 	start := func(i int) *writer {
-		return startWriter(t, writerSpec{hostname: shard0, namespace: s.ns, kubeconfig: kubes[i], leaseSecs: leaseSecs, renewSecs: renewSecs, dir: s.dir})
+		return startWriter(t, s.writerSpec(shard0, kubes[i]))
 	}
 	for i := range n {
 		ws[i] = start(i)
@@ -75,7 +75,7 @@ func TestSoak(t *testing.T) {
 		switch f := rng.IntN(5); f {
 		case 0: // crash, restart after a moment
 			faults["kill"]++
-			w.kill()
+			w.Kill()
 			time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 			mu.Lock()
 			ws[i] = start(i)
@@ -88,9 +88,9 @@ func TestSoak(t *testing.T) {
 			mu.Unlock()
 		case 2: // pause: a GC pause or a frozen VM
 			faults["pause"]++
-			w.signal(syscall.SIGSTOP)
+			w.Signal(syscall.SIGSTOP)
 			pending.Add(1)
-			go func() { defer pending.Done(); time.Sleep(span); w.signal(syscall.SIGCONT) }()
+			go func() { defer pending.Done(); time.Sleep(span); w.Signal(syscall.SIGCONT) }()
 		case 3: // partition of this writer alone
 			faults["partition"]++
 			proxies[i].blackhole()

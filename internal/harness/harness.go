@@ -1,0 +1,43 @@
+// Package harness runs the project's real binaries as host processes against an API server: the
+// writer (cmd/ehdb-writer) as a ServiceAccount, the webhook (cmd/webhook) with the chart's own
+// webhook ServiceAccount and the chart's webhook configuration pointed at it. The system suite,
+// the demo and the benchmarks share it, so all three exercise the same RBAC, admission and
+// election paths a cluster would, minus the kubelet.
+package harness
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/noetl/ehdb-election/internal/repo"
+)
+
+// Build compiles ehdb-writer and the webhook into .cache/bin (incremental: seconds when nothing
+// changed) and returns that folder.
+func Build() (string, error) {
+	root, err := repo.Root()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(root, ".cache", "bin")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/ehdb-writer", "./cmd/webhook")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building ehdb-writer and webhook: %v\n%s", err, out)
+	}
+	return dir, nil
+}
+
+// FreePort asks the kernel for a free loopback port.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,156 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/cert"
+
+	"github.com/noetl/ehdb-election/internal/testcluster"
+)
+
+// Webhook is the webhook binary running on the host, serving the chart's webhook configuration.
+type Webhook struct {
+	Config     string // the chart's ValidatingWebhookConfiguration, now pointed at this process
+	URL        string
+	MetricsURL string
+	LogPath    string
+	cmd        *exec.Cmd
+	done       chan struct{}
+}
+
+// StartWebhook runs the webhook on loopback as the chart's webhook ServiceAccount of release rel
+// in ns, so its RBAC is exactly the chart's, and points every entry of the chart's webhook
+// configuration at it with a fresh CA. In a cluster the same configuration points at the chart's
+// Service and the webhook manages its own certificate; there is no kubelet here to run its Pods.
+func StartWebhook(ctx context.Context, c *testcluster.Cluster, bin, ns, rel, dir string) (*Webhook, error) {
+	cs := c.Clientset()
+	vwcs, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rel})
+	if err != nil {
+		return nil, err
+	}
+	if len(vwcs.Items) != 1 {
+		return nil, fmt.Errorf("want one ValidatingWebhookConfiguration of release %s, found %d", rel, len(vwcs.Items))
+	}
+	sa, err := webhookServiceAccount(ctx, c, ns, rel)
+	if err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(dir, "webhook-certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return nil, err
+	}
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(
+		os.WriteFile(filepath.Join(certDir, "tls.crt"), certPEM, 0o600),
+		os.WriteFile(filepath.Join(certDir, "tls.key"), keyPEM, 0o600),
+	); err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "webhook.kubeconfig")
+	if err := c.ServiceAccountKubeconfig(ctx, ns, sa, kubeconfig); err != nil {
+		return nil, err
+	}
+	var ports [3]int
+	for i := range ports {
+		if ports[i], err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	logFile, err := os.CreateTemp(dir, "webhook-*.log")
+	if err != nil {
+		return nil, err
+	}
+	w := &Webhook{
+		Config:     vwcs.Items[0].Name,
+		URL:        fmt.Sprintf("https://127.0.0.1:%d/validate", ports[0]),
+		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]),
+		LogPath:    logFile.Name(),
+		done:       make(chan struct{}),
+	}
+	w.cmd = exec.Command(bin,
+		"--kubeconfig="+kubeconfig,
+		"--namespace="+ns,
+		"--webhook-host=127.0.0.1",
+		fmt.Sprintf("--webhook-port=%d", ports[0]),
+		"--cert-dir="+certDir,
+		"--cert-rotation=false",
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[2]),
+	)
+	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := w.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting the webhook: %w", err)
+	}
+	go func() { _ = w.cmd.Wait(); logFile.Close(); close(w.done) }()
+
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2])
+	deadline := time.Now().Add(30 * time.Second)
+	for err := Probe(readyz); err != nil; err = Probe(readyz) {
+		if time.Now().After(deadline) || w.exited() {
+			w.Stop()
+			return nil, fmt.Errorf("the webhook never became ready: %w (log %s)", err, w.LogPath)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	vwc := &vwcs.Items[0]
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &w.URL, CABundle: certPEM}
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("pointing %s at the host webhook: %w", vwc.Name, err)
+	}
+	return w, nil
+}
+
+func webhookServiceAccount(ctx context.Context, c *testcluster.Cluster, ns, rel string) (string, error) {
+	list, err := c.Clientset().CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rel})
+	if err != nil {
+		return "", err
+	}
+	for _, sa := range list.Items {
+		if strings.HasSuffix(sa.Name, "-webhook") {
+			return sa.Name, nil
+		}
+	}
+	return "", fmt.Errorf("release %s created no webhook ServiceAccount in %s", rel, ns)
+}
+
+func (w *Webhook) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop stops the webhook (SIGTERM, then SIGKILL after 10 s) and waits for it to end.
+func (w *Webhook) Stop() {
+	if w.exited() {
+		return
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Second):
+		_ = w.cmd.Process.Kill()
+		<-w.done
+	}
+}

@@ -15,7 +15,7 @@ import (
 	"github.com/noetl/ehdb-election/internal/repo"
 )
 
-// Build compiles ehdb-writer and the webhook into .cache/bin (incremental: seconds when nothing
+// Build compiles ehdb-writer, the webhook and the ehdb-election CLI into .cache/bin (incremental: seconds when nothing
 // changed) and returns that folder.
 func Build() (string, error) {
 	root, err := repo.Root()
@@ -23,11 +23,11 @@ func Build() (string, error) {
 		return "", err
 	}
 	dir := filepath.Join(root, ".cache", "bin")
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/ehdb-writer", "./cmd/webhook")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/ehdb-writer", "./cmd/webhook", "./cmd/ehdb-election")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building ehdb-writer and webhook: %v\n%s", err, out)
+		return "", fmt.Errorf("building the binaries: %v\n%s", err, out)
 	}
 	return dir, nil
 }

@@ -11,8 +11,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 )
 
 var ctx = context.Background()
@@ -185,6 +185,25 @@ func TestEpochs(t *testing.T) {
 		t.Fatalf("holder %q", got)
 	}
 
+	// A renewal that reaches the store but whose answer is lost keeps the record live, yet the
+	// token lapses a lease duration after the last renewal that was answered: the next write is an
+	// acquisition, not a renewal that would revive the lapsed token's epoch.
+	clk.Step(renew)
+	a.round(ctx)
+	wantToken(t, "renewed", a, 2, true)
+	lastAnswered := clk.Now()
+	store.loseAnswer = func(string) error { return fmt.Errorf("read: %w", context.DeadlineExceeded) }
+	clk.Step(lease - time.Second)
+	a.round(ctx) // reaches the store; the answer is lost
+	store.loseAnswer = nil
+	clk.SetTime(lastAnswered.Add(lease))
+	wantToken(t, "unanswered", a, 2, false)
+	if expired(mustLease(t, inner), clk.Now(), lease) {
+		t.Fatal("the record should still be live")
+	}
+	a.round(ctx)
+	wantToken(t, "re-acquired after a local lapse", a, 3, true)
+
 	// Another process takes over after a crash: next epoch.
 	b := newSync(t, store, clk, "b#2", lease, renew)
 	b.round(ctx)
@@ -192,7 +211,7 @@ func TestEpochs(t *testing.T) {
 		clk.Step(renew)
 		b.round(ctx)
 	}
-	wantToken(t, "successor", b, 3, true)
+	wantToken(t, "successor", b, 4, true)
 
 	// The Lease vanishes under its holder and a fresh one appears with a reset count: epochs still
 	// only go up, as far as this process has seen.
@@ -207,15 +226,15 @@ func TestEpochs(t *testing.T) {
 	}
 	clk.Step(renew)
 	b.round(ctx) // the renewal's uid precondition fails: a lost round
-	wantToken(t, "holder after a lost round", b, 3, true)
+	wantToken(t, "holder after a lost round", b, 4, true)
 	clk.Step(renew)
 	b.round(ctx) // reads the new Lease: lost, then acquires it as free
-	wantToken(t, "holder of the recreated lease", b, 4, true)
+	wantToken(t, "holder of the recreated lease", b, 5, true)
 	if got := outcomes(b); got[Lost] != 1 {
 		t.Fatalf("outcomes %v, want one lost", got)
 	}
-	if got := epochOf(mustLease(t, inner)); got != 4 {
-		t.Fatalf("stored epoch %d, want 4", got)
+	if got := epochOf(mustLease(t, inner)); got != 5 {
+		t.Fatalf("stored epoch %d, want 5", got)
 	}
 }
 

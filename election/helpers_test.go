@@ -48,7 +48,8 @@ type hookStore struct {
 	clk         *clocktesting.FakeClock
 	mu          sync.Mutex
 	calls       atomic.Int64
-	fail        func(op string) error
+	fail        func(op string) error // fails the call before it reaches the store
+	loseAnswer  func(op string) error // lets the call reach the store, then fails it
 	before      time.Duration // the request travels this long (send time is before it)
 	after       time.Duration // the answer travels this long
 	onUpdate    func(*coordinationv1.Lease)
@@ -77,6 +78,11 @@ func (h *hookStore) do(op string, f func() (*coordinationv1.Lease, error)) (*coo
 	l, err := f()
 	if after > 0 {
 		h.clk.Step(after)
+	}
+	if h.loseAnswer != nil {
+		if lerr := h.loseAnswer(op); lerr != nil {
+			return nil, lerr
+		}
 	}
 	return l, err
 }

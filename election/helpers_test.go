@@ -50,8 +50,8 @@ type hookStore struct {
 	calls       atomic.Int64
 	fail        func(op string) error // fails the call before it reaches the store
 	loseAnswer  func(op string) error // lets the call reach the store, then fails it
-	before      time.Duration // the request travels this long (send time is before it)
-	after       time.Duration // the answer travels this long
+	before      time.Duration         // the request travels this long (send time is before it)
+	after       time.Duration         // the answer travels this long
 	onUpdate    func(*coordinationv1.Lease)
 	updates     atomic.Int64
 	watchErr    error

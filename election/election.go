@@ -723,7 +723,9 @@ func (e *Election) watchLoop(ctx context.Context, out chan<- watchMsg) {
 		began := e.clock.Now()
 		w, err := e.watcher.Watch(ctx, e.name)
 		if err != nil {
-			e.countError("watch", err)
+			if ctx.Err() == nil {
+				e.countError("watch", err)
+			}
 		} else {
 			if !send(watchMsg{started: true}) {
 				w.Stop()
@@ -731,7 +733,9 @@ func (e *Election) watchLoop(ctx context.Context, out chan<- watchMsg) {
 			}
 			for ev := range w.ResultChan() {
 				if ev.Type == watch.Error {
-					if err := apierrors.FromObject(ev.Object); !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
+					// A stream we cancelled ourselves ends with an error event too; that is shutdown.
+					err := apierrors.FromObject(ev.Object)
+					if ctx.Err() == nil && !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
 						e.countError("watch", err)
 					}
 					break

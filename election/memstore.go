@@ -151,15 +151,6 @@ func (m *MemoryStore) Watch(ctx context.Context, name string) (watch.Interface, 
 	return w, nil
 }
 
-// CloseWatches ends every open watch, as an API server restart would.
-func (m *MemoryStore) CloseWatches() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for w := range m.watchers {
-		w.closeLocked()
-	}
-}
-
 func (m *MemoryStore) notifyLocked(t watch.EventType, l *coordinationv1.Lease) {
 	for w := range m.watchers {
 		if w.name != l.Name {

@@ -1,0 +1,123 @@
+package election
+
+import (
+	"context"
+	"strconv"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// watchMsg is what the watch goroutine tells the driver.
+type watchMsg struct {
+	started, ended bool
+	ev             watch.Event
+}
+
+// watchLoop streams the Lease's changes to the driver, so a standby acts on a release within
+// milliseconds and times a holder's renewals from when they happen. When the watch fails the
+// driver polls at the renew interval until it is back.
+func (e *Election) watchLoop(ctx context.Context, out chan<- watchMsg) {
+	send := func(m watchMsg) bool {
+		select {
+		case out <- m:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for ctx.Err() == nil {
+		began := e.clock.Now()
+		w, err := e.watcher.Watch(ctx, e.name)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.countError("watch", err)
+			}
+		} else {
+			if !send(watchMsg{started: true}) {
+				w.Stop()
+				return
+			}
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					// A stream we cancelled ourselves ends with an error event too; that is shutdown.
+					err := apierrors.FromObject(ev.Object)
+					if ctx.Err() == nil && !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
+						e.countError("watch", err)
+					}
+					break
+				}
+				if ev.Type == watch.Bookmark {
+					continue
+				}
+				if !send(watchMsg{ev: ev}) {
+					w.Stop()
+					return
+				}
+			}
+			w.Stop()
+			if !send(watchMsg{ended: true}) {
+				return
+			}
+		}
+		if e.clock.Since(began) < e.cfg.RenewInterval {
+			t := e.clock.NewTimer(e.cfg.RenewInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+		}
+	}
+}
+
+// handle applies a watch message. A change that frees the Lease makes nextDelay zero; a change
+// that names someone else drops our holding at once.
+func (e *Election) handle(m watchMsg) {
+	d := &e.d
+	switch {
+	case m.started:
+		d.watching = true
+		return
+	case m.ended:
+		d.watching = false
+		return
+	}
+	l, ok := m.ev.Object.(*coordinationv1.Lease)
+	if !ok || l.Name != e.name {
+		return
+	}
+	defer e.watchEvents.Add(1)
+	switch m.ev.Type {
+	case watch.Added, watch.Modified:
+		if d.rec != nil && !newer(l.ResourceVersion, d.rec.ResourceVersion) {
+			return
+		}
+		e.see(l)
+	case watch.Deleted:
+		if d.rec != nil && d.rec.UID != l.UID {
+			return // an older incarnation
+		}
+		d.maxSeen = max(d.maxSeen, epochOf(l))
+		e.seeAbsent()
+	default:
+		return
+	}
+	e.checkLoss(e.clock.Now())
+}
+
+// newer orders resourceVersions. They are opaque to clients, but the API server's are etcd
+// revisions; when either does not parse as a number, a different one is taken as newer.
+func newer(rv, than string) bool {
+	if rv == than {
+		return false
+	}
+	a, err1 := strconv.ParseUint(rv, 10, 64)
+	b, err2 := strconv.ParseUint(than, 10, 64)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	return a > b
+}

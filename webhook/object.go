@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -10,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjson "sigs.k8s.io/json"
 )
 
 // Workload is the part of an admitted object the guard judges: the pod (or pod template) it
@@ -160,15 +160,17 @@ func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (
 	return w, nil
 }
 
+// decodeInto decodes as the API server does: case-sensitive field names (sigs.k8s.io/json), so
+// the guard reads exactly the fields the object has, never a "Env" that stands for "env".
 func decodeInto(raw []byte, into any, gvk schema.GroupVersionKind) error {
 	var tm metav1.TypeMeta
-	if err := json.Unmarshal(raw, &tm); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &tm); err != nil {
 		return fmt.Errorf("decoding %s: %w", gvk.Kind, err)
 	}
 	if (tm.Kind != "" && tm.Kind != gvk.Kind) || (tm.APIVersion != "" && tm.APIVersion != gvk.GroupVersion().String()) {
 		return fmt.Errorf("request says %s but the object is %s %s", gvk, tm.APIVersion, tm.Kind)
 	}
-	if err := json.Unmarshal(raw, into); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, into); err != nil {
 		return fmt.Errorf("decoding %s: %w", gvk.Kind, err)
 	}
 	return nil

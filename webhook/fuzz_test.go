@@ -1,0 +1,356 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
+)
+
+// The alphabet env programs are written in.
+var (
+	fzNames    = []string{"NOETL_EHDB_FENCING", "NOETL_EHDB_ELECTION", "MODE", "NOETL_EHDB_ELECTION_SHARD", "FENCING", "ELECTION"}
+	fzValues   = []string{"enforce", " EnForce\t", "off", "$(MODE)", "$$(MODE)", "true", "1", "yes", "", "$(NOETL_EHDB_FENCING)", "en$(MODE)", "force", "0", "$(FENCING)"}
+	fzPrefixes = []string{"", "NOETL_EHDB_", "X_", "NOETL_"}
+	fzCMs      = []string{"cm0", "cm1", "missing"}
+	fzSecrets  = []string{"s0", "s1", "gone"}
+)
+
+// program turns fuzz bytes into a container's env/envFrom, the ConfigMaps the guard can read and
+// the Secrets only the kubelet can.
+func program(data []byte) (c corev1.Container, cms, secrets map[string]map[string]string) {
+	pick := func(i *int, n int) int {
+		if *i >= len(data) {
+			return 0
+		}
+		v := int(data[*i]) % n
+		*i++
+		return v
+	}
+	cms = map[string]map[string]string{"cm0": {}, "cm1": {}}
+	secrets = map[string]map[string]string{"s0": {}, "s1": {}}
+	i := 0
+	// Contents first: a few keys per ConfigMap and Secret.
+	for _, m := range []map[string]string{cms["cm0"], cms["cm1"], secrets["s0"], secrets["s1"]} {
+		for n := pick(&i, 3); n > 0; n-- {
+			m[fzNames[pick(&i, len(fzNames))]] = fzValues[pick(&i, len(fzValues))]
+		}
+	}
+	c.Name = "noetl-worker"
+	for i < len(data) {
+		switch pick(&i, 7) {
+		case 0:
+			c.Env = append(c.Env, corev1.EnvVar{Name: fzNames[pick(&i, len(fzNames))], Value: fzValues[pick(&i, len(fzValues))]})
+		case 1:
+			c.Env = append(c.Env, corev1.EnvVar{Name: fzNames[pick(&i, len(fzNames))], ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: fzCMs[pick(&i, len(fzCMs))]}, Key: fzNames[pick(&i, len(fzNames))], Optional: ptr.To(pick(&i, 2) == 1)}}})
+		case 2:
+			c.Env = append(c.Env, corev1.EnvVar{Name: fzNames[pick(&i, len(fzNames))], ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: fzSecrets[pick(&i, len(fzSecrets))]}, Key: fzNames[pick(&i, len(fzNames))], Optional: ptr.To(pick(&i, 2) == 1)}}})
+		case 3:
+			c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{Prefix: fzPrefixes[pick(&i, len(fzPrefixes))], ConfigMapRef: &corev1.ConfigMapEnvSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: fzCMs[pick(&i, len(fzCMs))]}, Optional: ptr.To(pick(&i, 2) == 1)}})
+		case 4:
+			c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{Prefix: fzPrefixes[pick(&i, len(fzPrefixes))], SecretRef: &corev1.SecretEnvSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: fzSecrets[pick(&i, len(fzSecrets))]}, Optional: ptr.To(pick(&i, 2) == 1)}})
+		case 5:
+			c.Env = append(c.Env, corev1.EnvVar{Name: fzNames[pick(&i, len(fzNames))], ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}})
+		case 6:
+			c.Env = append(c.Env, corev1.EnvVar{Name: fzNames[pick(&i, len(fzNames))]})
+		}
+	}
+	return c, cms, secrets
+}
+
+// kubeletEnv is the kubelet's makeEnvironmentVariables (v1.37) for the sources the programs use,
+// with concrete ConfigMaps and Secrets. started is false where the kubelet refuses to start the
+// container.
+func kubeletEnv(c *corev1.Container, namespace string, cms, secrets map[string]map[string]string) (env map[string]string, started bool) {
+	tmp := map[string]string{}
+	for _, from := range c.EnvFrom {
+		var data map[string]string
+		var ok, optional bool
+		switch {
+		case from.ConfigMapRef != nil:
+			data, ok = cms[from.ConfigMapRef.Name]
+			optional = from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional
+		case from.SecretRef != nil:
+			data, ok = secrets[from.SecretRef.Name]
+			optional = from.SecretRef.Optional != nil && *from.SecretRef.Optional
+		}
+		if !ok {
+			if optional {
+				continue
+			}
+			return nil, false
+		}
+		for k, v := range data {
+			tmp[from.Prefix+k] = v
+		}
+	}
+	mapping := mappingFuncFor(tmp)
+	for _, e := range c.Env {
+		val := e.Value
+		if val != "" {
+			val = upstreamExpand(val, mapping)
+		} else if e.ValueFrom != nil {
+			var data map[string]string
+			var ok, optional bool
+			var key string
+			switch {
+			case e.ValueFrom.FieldRef != nil:
+				tmp[e.Name] = namespace
+				continue
+			case e.ValueFrom.ConfigMapKeyRef != nil:
+				data, ok = cms[e.ValueFrom.ConfigMapKeyRef.Name]
+				key = e.ValueFrom.ConfigMapKeyRef.Key
+				optional = e.ValueFrom.ConfigMapKeyRef.Optional != nil && *e.ValueFrom.ConfigMapKeyRef.Optional
+			case e.ValueFrom.SecretKeyRef != nil:
+				data, ok = secrets[e.ValueFrom.SecretKeyRef.Name]
+				key = e.ValueFrom.SecretKeyRef.Key
+				optional = e.ValueFrom.SecretKeyRef.Optional != nil && *e.ValueFrom.SecretKeyRef.Optional
+			}
+			if !ok {
+				if optional {
+					continue
+				}
+				return nil, false
+			}
+			v, found := data[key]
+			if !found {
+				if optional {
+					continue
+				}
+				return nil, false
+			}
+			val = v
+		}
+		tmp[e.Name] = val
+	}
+	return tmp, true
+}
+
+// mappingFuncFor and upstreamExpand are k8s.io/kubernetes third_party/forked/golang/expansion
+// (v1.37) verbatim but for names: the concrete expansion the guard's must agree with.
+func mappingFuncFor(context ...map[string]string) func(string) string {
+	return func(input string) string {
+		for _, vars := range context {
+			if val, ok := vars[input]; ok {
+				return val
+			}
+		}
+		return "$(" + input + ")"
+	}
+}
+
+func upstreamExpand(input string, mapping func(string) string) string {
+	var buf bytes.Buffer
+	checkpoint := 0
+	for cursor := 0; cursor < len(input); cursor++ {
+		if input[cursor] == '$' && cursor+1 < len(input) {
+			buf.WriteString(input[checkpoint:cursor])
+			read, isVar, advance := upstreamTryRead(input[cursor+1:])
+			if isVar {
+				buf.WriteString(mapping(read))
+			} else {
+				buf.WriteString(read)
+			}
+			cursor += advance
+			checkpoint = cursor + 1
+		}
+	}
+	return buf.String() + input[checkpoint:]
+}
+
+func upstreamTryRead(input string) (string, bool, int) {
+	r, size := utf8.DecodeRuneInString(input)
+	switch r {
+	case '$':
+		return input[0:size], false, size
+	case '(':
+		for i := 1; i < len(input); i++ {
+			if input[i] == ')' {
+				return input[1:i], true, i + 1
+			}
+		}
+		return "$(", false, 1
+	default:
+		return "$" + string(r), false, size
+	}
+}
+
+// FuzzEnvResolution checks the guard against the kubelet model over random env programs, in a
+// cluster where everything but the program is in order:
+//   - a container that will run with enforce and without an enabled election is never allowed;
+//   - a container that will run with enforce is never judged unarmed;
+//   - where the guard can see every source, it resolves the fencing value exactly as the kubelet.
+func FuzzEnvResolution(f *testing.F) {
+	for _, seed := range [][]byte{
+		{},
+		{0, 0, 0, 0, 0, 0, 0, 1, 5},             // FENCING=enforce, ELECTION=true
+		{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 5}, // cm0 has FENCING=enforce, envFrom cm0, ELECTION=true
+		{0, 0, 0, 1, 4, 0, 0, 0, 0, 0, 2, 3, 0}, // Secret s0 has FENCING, envFrom s0
+		{0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 3, 0, 0, 0}, // ELECTION=enforce.. then FENCING=$(MODE)
+		{1, 4, 0, 0, 0, 0, 3, 1, 0, 0, 0, 1, 0, 0, 0, 1, 5},
+		{0, 0, 0, 0, 0, 0, 2, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 0, 9}, // FENCING=$(NOETL_EHDB_FENCING) chains
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 64 {
+			return
+		}
+		c, cms, secrets := program(data)
+		cluster := goodCluster()
+		cluster.ConfigMaps = cms
+
+		s := sts(wt.ServiceAccount(wt.WriterSA), func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.Containers = []corev1.Container{c} })
+		in := webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkSTS, s)}
+		d, _ := webhook.Evaluate(context.Background(), cluster, in, webhook.Policy{RequireLiveLease: true}, now)
+
+		env, started := kubeletEnv(&c, ns, cms, secrets)
+		if !started {
+			return // the container never runs: nothing to fence
+		}
+		fencing, set := env["NOETL_EHDB_FENCING"]
+		armed := set && strings.EqualFold(strings.TrimSpace(fencing), "enforce")
+		env["HOSTNAME"] = wt.WriterName + "-0"
+		cfg, _ := election.ParseConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		if armed && !cfg.Enabled && d.Allowed {
+			t.Fatalf("armed without election, allowed\ncontainer %+v\nconfigmaps %v secrets %v\nkubelet env %q\ndecision %+v", c, cms, secrets, env, d)
+		}
+		if armed && d.Reason == webhook.ReasonUnarmed {
+			t.Fatalf("armed judged unarmed\ncontainer %+v\nconfigmaps %v secrets %v\nkubelet env %q", c, cms, secrets, env)
+		}
+		// Where nothing is hidden from the guard, it must see what the kubelet sets.
+		if len(secretSources(&c)) == 0 {
+			genv := webhook.ResolveEnv(&c, &webhook.PodContext{Template: true, Namespace: ns}, func(name string) (webhook.ConfigMapFact, bool) {
+				if d, ok := cms[name]; ok {
+					return webhook.ConfigMapFact{Data: d}, true
+				}
+				return webhook.ConfigMapFact{NotFound: true}, true
+			})
+			for name, want := range env {
+				if name == "HOSTNAME" {
+					continue
+				}
+				got, ok := genv.Lookup(name)
+				if !ok || !got.Known() || got.Text != want {
+					t.Fatalf("%s: guard %+v (set %v), kubelet %q\ncontainer %+v\nconfigmaps %v", name, got, ok, want, c, cms)
+				}
+			}
+		}
+	})
+}
+
+func secretSources(c *corev1.Container) []string {
+	var out []string
+	for _, f := range c.EnvFrom {
+		if f.SecretRef != nil {
+			out = append(out, f.SecretRef.Name)
+		}
+	}
+	for _, e := range c.Env {
+		if e.Value == "" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			out = append(out, e.ValueFrom.SecretKeyRef.Name)
+		}
+	}
+	return out
+}
+
+// FuzzAdmissionReview feeds arbitrary bodies to the HTTP handler in a cluster where nothing
+// exists (no ServiceAccount, no binding, no Lease): it must never panic (a recovered panic is a
+// 500), and a review creating a workload whose container's last NOETL_EHDB_FENCING entry is
+// the literal enforce must never be allowed.
+func FuzzAdmissionReview(f *testing.F) {
+	f.Add(review(f, admissionv1.Create, stsKind, sts(wt.Armed()), nil))
+	f.Add(review(f, admissionv1.Create, stsKind, sts(compliant()...), nil))
+	f.Add(review(f, admissionv1.Update, stsKind, sts(compliant()...), sts()))
+	f.Add(review(f, admissionv1.Create, stsKind, sts(), nil))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":{"spec":{"containers":[{"name":"w","env":[{"name":"NOETL_EHDB_FENCING","value":"enforce"}]}]}}}}`))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`))
+	f.Add([]byte(`{}`))
+	h := webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, Policy: webhook.Policy{RequireLiveLease: true}})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 500 {
+			t.Fatalf("HTTP %d: %s", rec.Code, rec.Body.String())
+		}
+		if rec.Code != 200 {
+			return
+		}
+		var out admissionv1.AdmissionReview
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+			t.Fatalf("200 without a review: %q", rec.Body.String())
+		}
+		if out.Response.Result != nil && out.Response.Result.Code >= 500 {
+			t.Fatalf("internal error: %s", out.Response.Result.Message)
+		}
+		if out.Response.Allowed && literallyArmedCreate(body) {
+			t.Fatalf("armed workload allowed in an empty cluster: %s", body)
+		}
+	})
+}
+
+// literallyArmedCreate is an oracle independent of the guard's code (it decodes as the API server
+// does, case-sensitively, like controller-runtime's review decoder): a CREATE of a judged kind,
+// not being deleted, with a container whose last NOETL_EHDB_FENCING env entry is a literal
+// enforce without references.
+func literallyArmedCreate(body []byte) bool {
+	var rv admissionv1.AdmissionReview
+	if kjson.UnmarshalCaseSensitivePreserveInts(body, &rv) != nil || rv.Request == nil || rv.Request.Operation != admissionv1.Create || rv.Request.SubResource != "" {
+		return false
+	}
+	var spec *corev1.PodSpec
+	k := rv.Request.Kind
+	switch {
+	case k.Group == "" && k.Version == "v1" && k.Kind == "Pod":
+		var p corev1.Pod
+		if kjson.UnmarshalCaseSensitivePreserveInts(rv.Request.Object.Raw, &p) != nil || p.DeletionTimestamp != nil {
+			return false
+		}
+		spec = &p.Spec
+	case k.Group == "apps" && k.Version == "v1" && k.Kind == "StatefulSet":
+		var s appsv1.StatefulSet
+		if kjson.UnmarshalCaseSensitivePreserveInts(rv.Request.Object.Raw, &s) != nil || s.DeletionTimestamp != nil {
+			return false
+		}
+		spec = &s.Spec.Template.Spec
+	default:
+		return false
+	}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range cs {
+			last := -1
+			for i, e := range c.Env {
+				if e.Name == "NOETL_EHDB_FENCING" {
+					last = i
+				}
+			}
+			if last >= 0 {
+				e := c.Env[last]
+				if e.ValueFrom == nil && !strings.Contains(e.Value, "$") && strings.EqualFold(strings.TrimSpace(e.Value), "enforce") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

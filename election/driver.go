@@ -143,8 +143,9 @@ func (e *Election) takeoverAllowed(now time.Time) bool {
 }
 
 // lapsed says whether our own record must be re-acquired (epoch + 1) rather than renewed: its
-// lease ran out by the record, or our token did (no successful write for a lease duration), in which
-// case the fence may already have seen someone else's epoch and renewing ours would revive it.
+// lease ran out by the record, or our token did (no successful write for a lease duration). An
+// epoch names one unbroken holding; reviving a lapsed one would let writes queued before the gap
+// pass the fence as current, so a lapse always ends the epoch.
 func (e *Election) lapsed(now time.Time) bool {
 	d := &e.d
 	return expired(d.rec, now, e.cfg.LeaseDuration) ||
@@ -381,7 +382,7 @@ func (e *Election) takeoverDelay() time.Duration {
 	case holder == e.identity:
 		return e.cfg.RenewInterval
 	default:
-		wall := time.Duration(1<<63 - 1)
+		wall := time.Duration(0) // never renewed: expired by the record already
 		if rt := d.rec.Spec.RenewTime; rt != nil {
 			wall = rt.Add(leaseDuration(d.rec, e.cfg.LeaseDuration)).Sub(e.clock.Now()) + time.Microsecond
 		}

@@ -287,10 +287,16 @@ func (e *Election) release(ctx context.Context) error {
 	if apierrors.IsConflict(err) {
 		// Our last view was stale (e.g. a renewal was cut off in flight): one fresh read decides.
 		fresh, gerr := e.store.Get(ctx, e.name)
-		if gerr != nil || holderOf(fresh) != e.identity {
+		switch {
+		case apierrors.IsNotFound(gerr):
 			return nil
+		case gerr != nil:
+			err = gerr
+		case holderOf(fresh) != e.identity:
+			return nil // no longer ours to release
+		default:
+			err = e.putReleased(ctx, fresh)
 		}
-		err = e.putReleased(ctx, fresh)
 	}
 	if err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {

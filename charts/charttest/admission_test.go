@@ -95,6 +95,12 @@ func container(env []corev1.EnvVar, envFrom []corev1.EnvFromSource) corev1.Conta
 	return corev1.Container{Name: "writer", Image: "registry.invalid/writer:1", Env: env, EnvFrom: envFrom}
 }
 
+func initContainer(env []corev1.EnvVar, envFrom []corev1.EnvFromSource) corev1.Container {
+	c := container(env, envFrom)
+	c.Name = "init"
+	return c
+}
+
 var (
 	fencing    = []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}}
 	fencingOff = []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "off"}}
@@ -193,8 +199,10 @@ func TestWebhookRouting(t *testing.T) {
 		return ok, nil
 	})
 
-	// The webhook's own pod template, exactly as rendered: it must never reach its own webhook.
-	own := typed[appsv1.Deployment](t, r.rendered.Find("Deployment", r.name+"-webhook")).Spec.Template
+	// The webhook's own pod template, as rendered (plus the label the test selector needs): it must
+	// never reach its own webhook.
+	own := *typed[appsv1.Deployment](t, r.rendered.Find("Deployment", r.name+"-webhook")).Spec.Template.DeepCopy()
+	own.Labels["app"] = "w"
 
 	cases := []struct {
 		name   string
@@ -210,18 +218,18 @@ func TestWebhookRouting(t *testing.T) {
 		{"armed-deployment-fencing-off", createDeployment, guarded, podTemplate(container(fencingOff, nil)), "Deployment", true},
 		{"armed-statefulset-envfrom", createStatefulSet, guarded, podTemplate(container(nil, fromCM)), "StatefulSet", true},
 		{"quiet-statefulset", createStatefulSet, guarded, podTemplate(container(otherEnv, nil)), "StatefulSet", false},
-		{"armed-daemonset-init", createDaemonSet, guarded, podTemplate(container(nil, nil), container(fencing, nil)), "DaemonSet", true},
+		{"armed-daemonset-init", createDaemonSet, guarded, podTemplate(container(nil, nil), initContainer(fencing, nil)), "DaemonSet", true},
 		{"quiet-daemonset", createDaemonSet, guarded, podTemplate(container(nil, nil)), "DaemonSet", false},
 		{"armed-replicaset", createReplicaSet, guarded, podTemplate(container(fencing, nil)), "ReplicaSet", true},
 		{"quiet-replicaset", createReplicaSet, guarded, podTemplate(container(nil, nil)), "ReplicaSet", false},
 		{"armed-job", createJob, guarded, podTemplate(container(fencing, nil)), "Job", true},
 		{"quiet-job", createJob, guarded, podTemplate(container(nil, nil)), "Job", false},
 		{"armed-cronjob", createCronJob, guarded, podTemplate(container(fencing, nil)), "CronJob", true},
-		{"armed-cronjob-init-envfrom", createCronJob, guarded, podTemplate(container(nil, nil), container(nil, fromSecret)), "CronJob", true},
+		{"armed-cronjob-init-envfrom", createCronJob, guarded, podTemplate(container(nil, nil), initContainer(nil, fromSecret)), "CronJob", true},
 		{"quiet-cronjob", createCronJob, guarded, podTemplate(container(otherEnv, nil)), "CronJob", false},
 		{"armed-pod", createPod, guarded, podTemplate(container(fencing, nil)), "Pod", true},
 		{"armed-pod-envfrom-secret", createPod, guarded, podTemplate(container(nil, fromSecret)), "Pod", true},
-		{"armed-pod-init", createPod, guarded, podTemplate(container(nil, nil), container(fencing, nil)), "Pod", true},
+		{"armed-pod-init", createPod, guarded, podTemplate(container(nil, nil), initContainer(fencing, nil)), "Pod", true},
 		{"quiet-pod", createPod, guarded, podTemplate(container(otherEnv, nil)), "Pod", false},
 		// The release namespace is guarded (the writers run there); kube-system is not.
 		{"armed-deployment-release-ns", createDeployment, r.ns, podTemplate(container(fencing, nil)), "Deployment", true},
@@ -269,10 +277,10 @@ func TestWebhookRouting(t *testing.T) {
 	// The webhook goes down: workloads that reach it are refused, Pods admitted, the rest untouched.
 	srv.Close()
 	down := []struct {
-		name     string
-		create   creator
-		ns       string
-		tpl      corev1.PodTemplateSpec
+		name      string
+		create    creator
+		ns        string
+		tpl       corev1.PodTemplateSpec
 		refusedBy string // "" = admitted
 	}{
 		{"armed-deployment-down", createDeployment, guarded, podTemplate(container(fencing, nil)), "workloads.ehdb-election.noetl.io"},

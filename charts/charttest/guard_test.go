@@ -192,4 +192,3 @@ func TestLeaseGuardDoesNotBlockNamespaceDeletion(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	})
 }
-

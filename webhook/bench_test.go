@@ -1,0 +1,79 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
+)
+
+// BenchmarkDecide measures the guard on the reference writer StatefulSet (SPEC.md "Reference
+// deployment"), API lookups answered by the in-memory resolver so only the guard's own work is
+// measured:
+//   - decide: the pure policy with every fact at hand;
+//   - evaluate/armed: Needs, the (fake) lookups and Decide for the writer armed and compliant;
+//   - evaluate/unarmed: today's writer (fencing off), which needs no lookup;
+//   - review/armed: the whole HTTP path, JSON review in, JSON answer out.
+func BenchmarkDecide(b *testing.B) {
+	policy := webhook.Policy{RequireLiveLease: true}
+	armed := webhook.Input{Operation: admissionv1.Create, Object: workload(b, gvkSTS, sts(compliant()...))}
+	unarmed := webhook.Input{Operation: admissionv1.Create, Object: workload(b, gvkSTS, sts())}
+
+	b.Run("decide", func(b *testing.B) {
+		cluster := goodCluster()
+		facts := webhook.NewFacts(now)
+		for q := webhook.Needs(armed, facts, policy); !q.Empty(); q = webhook.Needs(armed, facts, policy) {
+			facts.Merge(cluster.Resolve(context.Background(), q))
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if d := webhook.Decide(armed, facts, policy); !d.Allowed {
+				b.Fatal(d.Message())
+			}
+		}
+	})
+	b.Run("evaluate/armed", func(b *testing.B) {
+		cluster := goodCluster()
+		b.ReportAllocs()
+		for b.Loop() {
+			cluster.Queries = cluster.Queries[:0]
+			if d, _ := webhook.Evaluate(context.Background(), cluster, armed, policy, now); !d.Allowed {
+				b.Fatal(d.Message())
+			}
+		}
+	})
+	b.Run("evaluate/unarmed", func(b *testing.B) {
+		cluster := goodCluster()
+		b.ReportAllocs()
+		for b.Loop() {
+			if d, n := webhook.Evaluate(context.Background(), cluster, unarmed, policy, now); !d.Allowed || n != 0 {
+				b.Fatal(d.Message())
+			}
+		}
+	})
+	b.Run("review/armed", func(b *testing.B) {
+		cluster := goodCluster()
+		h := webhook.NewHTTPHandler(&webhook.Handler{Resolver: cluster, Policy: policy, Clock: clocktesting.NewFakePassiveClock(now), Log: logr.Discard()})
+		body := review(b, admissionv1.Create, stsKind, wt.ReferenceWriter(ns, compliant()...), nil)
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			cluster.Queries = cluster.Queries[:0]
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			h.ServeHTTP(rec, req)
+			if rec.Code != 200 || !bytes.Contains(rec.Body.Bytes(), []byte(`"allowed":true`)) {
+				b.Fatal(rec.Body.String())
+			}
+		}
+	})
+}

@@ -232,6 +232,15 @@ func (c *Cluster) StopAPIServer() error {
 // Local reports whether this is the local control plane (which tests may stop and start).
 func (c *Cluster) Local() bool { return c.local }
 
+// APIServerPID is the process id of the local kube-apiserver, so a benchmark can read its CPU time
+// from /proc/<pid>/stat; 0 when the cluster is external or the API server is not running.
+func (c *Cluster) APIServerPID() int {
+	if !c.local || c.apiserver == nil || c.apiserver.exited() {
+		return 0
+	}
+	return c.apiserver.cmd.Process.Pid
+}
+
 // Clientset is an admin client.
 func (c *Cluster) Clientset() kubernetes.Interface { return c.clientset }
 

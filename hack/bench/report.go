@@ -1,0 +1,257 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// report is everything one run measured; render turns it into Markdown.
+type report struct {
+	Machine machine
+	Opts    options
+	Took    time.Duration
+
+	Micro        []benchmark
+	Admission    *admissionResult
+	AdmissionErr error
+	Failover     []failoverResult
+	FailoverErrs []error
+	Scale        *scaleResult
+	ScaleErr     error
+}
+
+// The goals of issues 3, 4 and 7; the report states each figure against its goal and asserts nothing.
+const (
+	goalGracefulP99  = 200 * time.Millisecond
+	goalTakeoverMax  = 250 * time.Millisecond
+	goalAdmissionP50 = 1.10
+)
+
+func render(r *report) string {
+	var s strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&s, format+"\n", a...) }
+	m := r.Machine
+	p("# ehdb-election benchmark report")
+	p("")
+	mode := "full run"
+	if r.Opts.quick {
+		mode = "quick run (`-quick`: fewer trials, shorter windows; not for quoting)"
+	}
+	p("- Machine: %s, nproc %d, %s/%s", m.Model, m.CPUs, m.OS, m.Arch)
+	p("- %s, %s, took %s", m.Date.Format("2006-01-02 15:04 MST"), mode, r.Took.Round(time.Second))
+	if m.Kubernetes == "" {
+		p("- Go %s", m.GoVersion)
+	} else {
+		p("- Go %s; Kubernetes %s, local control plane (etcd, kube-apiserver, kube-controller-manager) on loopback", m.GoVersion, m.Kubernetes)
+		p("- The chart is installed (writer RBAC, lease guard ValidatingAdmissionPolicy, webhook configuration); " +
+			"the writers and the client-go candidates run as its writer ServiceAccount.")
+	}
+
+	if r.Opts.runs("micro") {
+		renderMicro(p, r.Micro)
+	}
+	if r.Opts.runs("failover") {
+		renderFailover(p, r.Failover, r.FailoverErrs, r.Opts)
+	}
+	if r.Opts.runs("scale") {
+		renderScale(p, r.Scale, r.ScaleErr)
+	}
+	if r.Opts.runs("admission") {
+		renderAdmission(p, r.Admission, r.AdmissionErr)
+	}
+	return s.String()
+}
+
+func renderMicro(p func(string, ...any), rows []benchmark) {
+	p("")
+	p("## Micro-benchmarks")
+	p("")
+	p("`go test -run '^$' -bench … -benchmem`")
+	p("")
+	p("| benchmark | package | ns/op | B/op | allocs/op |")
+	p("| --- | --- | ---: | ---: | ---: |")
+	for _, b := range rows {
+		if b.Problem != "" {
+			p("| %s | %s | %s | | |", b.Name, b.Package, b.Problem)
+			continue
+		}
+		p("| %s | %s | %s | %s | %s |", b.Name, b.Package, num(b.NsPerOp), num(b.BytesPerOp), num(b.AllocsPerOp))
+	}
+}
+
+func renderFailover(p func(string, ...any), rs []failoverResult, errs []error, o options) {
+	p("")
+	p("## Failover")
+	p("")
+	p("%d trials per scenario and implementation, run at once on %d shards (a holder and a standby process each), "+
+		"signals staggered by %s. Graceful: SIGTERM of the holder → the standby's acquisition (when its answer arrived). "+
+		"Crash: SIGKILL of the holder; *takeover* is measured from the earliest instant the rules allow "+
+		"(the holder's last renewTime, read right after the kill, + the lease duration), *total* from the kill.",
+		o.trials, 2*o.trials, o.stagger)
+	p("")
+	p("| implementation | timings | scenario | n | min | p50 | p90 | p99 | max | goal |")
+	p("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	for _, r := range rs {
+		ours := r.Bound > 0
+		goal := func(g string) string {
+			if !ours {
+				return ""
+			}
+			return g
+		}
+		row := func(scenario string, s summary, g string) {
+			if s.N == 0 {
+				p("| %s | %s | %s | 0 | | | | | | %s |", r.Contender, r.Timings, scenario, g)
+				return
+			}
+			p("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |", r.Contender, r.Timings, scenario, s.N,
+				dur(s.Min), dur(s.P50), dur(s.P90), dur(s.P99), dur(s.Max), g)
+		}
+		row("graceful: SIGTERM → acquired", r.Graceful,
+			goal(verdict(r.Graceful.N > 0 && r.Graceful.P99 < goalGracefulP99, "p99 < "+dur(goalGracefulP99))))
+		takeoverGoal := verdict(r.Takeover.N > 0 && r.Takeover.Max <= goalTakeoverMax, "max ≤ "+dur(goalTakeoverMax))
+		if r.Takeover.N > 0 && r.Takeover.Min < 0 {
+			takeoverGoal += "; **EARLY: a takeover before the rules allow**"
+		}
+		row("crash: takeover after earliest allowed", r.Takeover, goal(takeoverGoal))
+		row("crash: total from SIGKILL", r.CrashTotal,
+			goal(verdict(r.CrashTotal.N > 0 && r.CrashTotal.Max <= r.Bound, "max ≤ lease + renew = "+dur(r.Bound))))
+	}
+	p("")
+	p("Steady state, measured over %s with every shard's holder and standby running:", o.steady)
+	p("")
+	p("| implementation | Lease writes/s per shard | API requests/s per shard on Leases, by verb |")
+	p("| --- | ---: | --- |")
+	for _, r := range rs {
+		var verbs []string
+		for _, v := range slices.Sorted(maps.Keys(r.RequestsPerShard)) {
+			verbs = append(verbs, fmt.Sprintf("%s %.2f", v, r.RequestsPerShard[v]))
+		}
+		p("| %s | %.3f | %s |", r.Contender, r.WritesPerShard, strings.Join(verbs, ", "))
+	}
+	p("")
+	p("Writes are new resourceVersions of the shards' Leases seen by a watch. Requests are the API server's " +
+		"apiserver_request_total for Leases (all namespaces: its own identity Lease and the bench's LIST+WATCH are included, " +
+		"about 0.1/s in all). client-go's Leases are not ehdb-shard-*, so the lease guard policy does not evaluate them.")
+	for _, r := range rs {
+		for _, pr := range r.Problems {
+			p("- %s: %s", r.Contender, pr)
+		}
+	}
+	for _, err := range errs {
+		p("")
+		p("**Failed:** %v", err)
+	}
+	if o.trials < 100 {
+		p("")
+		p("With %d samples, p99 is the largest sample (nearest rank).", o.trials)
+	}
+}
+
+func renderScale(p func(string, ...any), r *scaleResult, err error) {
+	p("")
+	p("## Scale")
+	p("")
+	if r == nil {
+		p("**Failed:** %v", err)
+		return
+	}
+	p("%d shard elections in one process (each with its own client, connection and metrics registry, as separate "+
+		"writers would have), lease %s / renew %s, started evenly over one renew interval; all held a valid token %s after the first started.",
+		r.Elections, dur(r.Lease), dur(r.Renew), dur(r.Startup))
+	p("")
+	p("| measure | value |")
+	p("| --- | --- |")
+	p("| steady-state window | %s |", dur(r.Window))
+	p("| Lease writes | %d: %.1f/s, %.3f/s per election (renew every %s = %.3f/s) |", r.Writes, r.WritesPerSec, r.WritesPerElection, dur(r.Renew), 1/r.Renew.Seconds())
+	p("| kube-apiserver CPU | %.1f %% of one core (at rest, no elections: %.1f %% over %s) |", r.APIServerCPU, r.IdleCPU, dur(r.IdleWindow))
+	p("| the %d drivers' process CPU | %.1f %% of one core |", r.Elections, r.DriversCPU)
+	p("| renewals | %d in the window (expected ≈ %d) |", r.Renewed, r.Expected)
+	p("| longest gap between an election's successful writes | %s |", dur(r.MaxGap))
+	p("| **renewals missed** | **%d** %s: late (gap > 1.5 × renew) %d, token_valid drops %d, lost %d, errors %d |",
+		r.Missed(), verdict(r.Missed() == 0, "goal 0"), r.Late, r.TokenDrops, r.Lost, r.Errors)
+}
+
+func renderAdmission(p func(string, ...any), r *admissionResult, err error) {
+	p("")
+	p("## Webhook admission latency")
+	p("")
+	if err != nil {
+		p("**Failed:** %v", err)
+		p("")
+	}
+	if r == nil || r.A.Label == "" {
+		return
+	}
+	p("Server-side dry-run create of the reference writer StatefulSet (replicas 1), %d requests at concurrency %d "+
+		"after %d warm-up requests, per configuration, as cluster-admin.", r.Requests, r.Concurrency, r.Warmup)
+	p("")
+	p("| configuration | registered | webhook calls | n | errors | p50 | p99 |")
+	p("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+	for _, l := range []latency{r.A, r.B, r.C, r.D} {
+		if l.Label == "" {
+			continue
+		}
+		calls := "—"
+		if l.Calls >= 0 {
+			calls = fmt.Sprint(l.Calls)
+		}
+		reg := "none"
+		if len(l.Registered) > 0 {
+			reg = strings.Join(l.Registered, ", ")
+		}
+		p("| %s | %s | %s | %d | %d | %s | %s |", l.Label, reg, calls, l.N, l.Errors, dur(l.P50), dur(l.P99))
+	}
+	ratio := func(x, y latency) (string, string, float64) {
+		if x.N == 0 || y.N == 0 {
+			return "—", "—", 0
+		}
+		r50 := x.P50.Seconds() / y.P50.Seconds()
+		return fmt.Sprintf("%.2f", r50), fmt.Sprintf("%.2f", x.P99.Seconds()/y.P99.Seconds()), r50
+	}
+	p("")
+	p("| ratio | p50 | p99 | goal |")
+	p("| --- | ---: | ---: | --- |")
+	c50, c99, cb := ratio(r.C, r.B)
+	p("| (c)/(b): our own cost over the floor any webhook pays | %s | %s | %s |", c50, c99,
+		verdict(r.C.N > 0 && r.B.N > 0 && cb <= goalAdmissionP50, fmt.Sprintf("≤ %.2f at p50", goalAdmissionP50)))
+	b50, b99, _ := ratio(r.B, r.A)
+	p("| (b)/(a): the floor, over no webhook | %s | %s | |", b50, b99)
+	d50, d99, _ := ratio(r.D, r.A)
+	p("| (d)/(a): ours on an unarmed object (matchConditions) | %s | %s | ≈ 1 |", d50, d99)
+	for _, l := range []latency{r.A, r.B, r.C, r.D} {
+		if l.FirstError != "" {
+			p("")
+			p("%s: first error: %s", l.Label, l.FirstError)
+		}
+	}
+}
+
+func verdict(ok bool, goal string) string {
+	if ok {
+		return goal + ": met"
+	}
+	return goal + ": **not met**"
+}
+
+// dur prints a duration in the unit a reader compares it in: ms below a second, s above.
+func dur(d time.Duration) string {
+	switch a := d.Abs(); {
+	case a >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case a >= 100*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+func num(v float64) string {
+	if v >= 100 || v == float64(int64(v)) {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}

@@ -1,0 +1,243 @@
+package charttest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+)
+
+// issue makes a CA and a serving certificate for host, PEM-encoded, as the rotator would.
+func issue(t *testing.T, host string) (caCert, caKey, cert, key []byte) {
+	t.Helper()
+	newKey := func() (*ecdsa.PrivateKey, []byte) {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	}
+	now := time.Now()
+	caK, caKeyPEM := newKey()
+	caTpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ehdb-election-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTpl, caTpl, &caK.PublicKey, caK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, keyPEM := newKey()
+	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &k.PublicKey, caK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), caKeyPEM,
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM
+}
+
+// TestUpgradeKeepsTheRotatorsTLS: the rotator writes the Secret's data and the caBundle after the
+// install; `helm upgrade` (twice, with and without changes) must keep both, or every upgrade would
+// break admission until the rotator noticed.
+func TestUpgradeKeepsTheRotatorsTLS(t *testing.T) {
+	t.Parallel()
+	r := newRelease(t, nil)
+	r.install(t, r.values(nil))
+	ctx := context.Background()
+	secrets := r.cs.CoreV1().Secrets(r.ns)
+	vwcs := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	host := r.name + "-webhook." + r.ns + ".svc"
+
+	// What the rotator does after start-up.
+	caCert, caKey, cert, key := issue(t, host)
+	s, err := secrets.Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Data) != 0 {
+		t.Fatalf("the chart installed a non-empty TLS Secret: %v", s.Data)
+	}
+	s.Data = map[string][]byte{"ca.crt": caCert, "ca.key": caKey, "tls.crt": cert, "tls.key": key}
+	if _, err := secrets.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vwc, err := vwcs.Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].ClientConfig.CABundle = caCert
+	}
+	if _, err := vwcs.Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	upgrades := []struct {
+		name    string
+		values  map[string]any
+		timeout int32
+	}{
+		{"with changes", r.values(nil, map[string]any{"webhook": map[string]any{"timeoutSeconds": 7, "podAnnotations": map[string]any{"rollout": "2"}}}), 7},
+		{"back to the defaults", r.values(nil), 5},
+	}
+	for _, up := range upgrades {
+		if _, err := r.helm.Upgrade(ctx, r.name, up.values); err != nil {
+			t.Fatalf("%s: %v", up.name, err)
+		}
+		got, err := secrets.Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Data, s.Data) {
+			t.Errorf("%s: the upgrade changed the TLS Secret's data (keys now %v)", up.name, keys(got.Data))
+		}
+		vwc, err := vwcs.Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range vwc.Webhooks {
+			if !bytes.Equal(w.ClientConfig.CABundle, caCert) {
+				t.Errorf("%s: %s lost its caBundle", up.name, w.Name)
+			}
+			if *w.TimeoutSeconds != up.timeout {
+				t.Errorf("%s: %s timeoutSeconds = %d, want %d (the upgrade did not apply)", up.name, w.Name, *w.TimeoutSeconds, up.timeout)
+			}
+			if w.ClientConfig.Service == nil || w.ClientConfig.Service.Name != r.name+"-webhook" {
+				t.Errorf("%s: %s clientConfig = %+v", up.name, w.Name, w.ClientConfig)
+			}
+			// Admission keeps working: the certificate the webhook serves verifies against the caBundle
+			// the API server uses, for the Service's name.
+			if err := verifyServing(got.Data["tls.crt"], w.ClientConfig.CABundle, host); err != nil {
+				t.Errorf("%s: %s: %v", up.name, w.Name, err)
+			}
+		}
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func verifyServing(certPEM, caBundle []byte, host string) error {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return errNoPEM
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caBundle) {
+		return errNoPEM
+	}
+	_, err = cert.Verify(x509.VerifyOptions{DNSName: host, Roots: roots})
+	return err
+}
+
+var errNoPEM = errors.New("no PEM certificate")
+
+// TestUninstallRemovesTheWebhookConfigurationFirst holds the webhook configuration with a finalizer
+// and looks at the cluster at the moment `helm uninstall` deletes it: with the chart's pre-delete
+// hook, the Service and the Deployment it points at are still there. Without hooks (the control),
+// Helm's own order has already deleted the Service.
+func TestUninstallRemovesTheWebhookConfigurationFirst(t *testing.T) {
+	t.Parallel()
+	const finalizer = "ehdb-test.noetl.io/hold"
+	for _, tc := range []struct {
+		name         string
+		noHooks      bool
+		serviceAlive bool
+	}{
+		{"with the pre-delete hook", false, true},
+		{"control: helm uninstall --no-hooks", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRelease(t, nil)
+			r.install(t, r.values(nil))
+			ctx := context.Background()
+			vwcs := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+			setFinalizers := func(f []string) {
+				t.Helper()
+				err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					v, err := vwcs.Get(ctx, r.name, metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					v.Finalizers = f
+					_, err = vwcs.Update(ctx, v, metav1.UpdateOptions{})
+					return err
+				})
+				if err != nil && !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+			}
+			setFinalizers([]string{finalizer})
+			t.Cleanup(func() { setFinalizers(nil) })
+
+			done := make(chan error, 1)
+			go func() { done <- r.helm.Uninstall(r.name, tc.noHooks) }()
+
+			waitFor(t, 60*time.Second, "helm to delete the webhook configuration", func(ctx context.Context) (bool, error) {
+				v, err := vwcs.Get(ctx, r.name, metav1.GetOptions{})
+				return err == nil && v.DeletionTimestamp != nil, err
+			})
+			_, svcErr := r.cs.CoreV1().Services(r.ns).Get(ctx, r.name+"-webhook", metav1.GetOptions{})
+			d, depErr := r.cs.AppsV1().Deployments(r.ns).Get(ctx, r.name+"-webhook", metav1.GetOptions{})
+			if tc.serviceAlive {
+				if svcErr != nil {
+					t.Errorf("the Service was deleted before the webhook configuration: %v", svcErr)
+				}
+				if depErr != nil || d.DeletionTimestamp != nil {
+					t.Errorf("the Deployment was being deleted before the webhook configuration: %v", depErr)
+				}
+			} else if !apierrors.IsNotFound(svcErr) {
+				t.Errorf("control: Service still there when the webhook configuration went (err %v): the control shows nothing", svcErr)
+			}
+
+			setFinalizers(nil)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatal("helm uninstall did not return")
+			}
+			objs := newObjects(t, r.c)
+			if left := leftovers(ctx, t, objs, append(r.rendered.Objects, r.rendered.Hooks...)); len(left) > 0 {
+				t.Errorf("helm uninstall left: %v", left)
+			}
+		})
+	}
+}

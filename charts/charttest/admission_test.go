@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -256,12 +257,16 @@ func TestWebhookRouting(t *testing.T) {
 		rs, err := cs.AppsV1().ReplicaSets(guarded).List(ctx, metav1.ListOptions{})
 		return err == nil && len(rs.Items) > 0, err
 	})
-	d, err := cs.AppsV1().Deployments(guarded).Get(ctx, "quiet-then-armed", metav1.GetOptions{})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // the controller writes its status
+		d, err := cs.AppsV1().Deployments(guarded).Get(ctx, "quiet-then-armed", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template.Spec.Containers[0].Env = fencing
+		_, err = cs.AppsV1().Deployments(guarded).Update(ctx, d, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Template.Spec.Containers[0].Env = fencing
-	if _, err := cs.AppsV1().Deployments(guarded).Update(ctx, d, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Fatal(err)
 	}
 	if op, _ := rec.get("Deployment", guarded, "quiet-then-armed"); op != "UPDATE" {
@@ -302,12 +307,16 @@ func TestWebhookRouting(t *testing.T) {
 		}
 	}
 	// And the chart's own Deployment can still be changed (a rollout of the webhook itself).
-	wd, err := cs.AppsV1().Deployments(r.ns).Get(ctx, r.name+"-webhook", metav1.GetOptions{})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		wd, err := cs.AppsV1().Deployments(r.ns).Get(ctx, r.name+"-webhook", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		wd.Spec.Template.Annotations = map[string]string{"restartedAt": time.Now().Format(time.RFC3339)}
+		_, err = cs.AppsV1().Deployments(r.ns).Update(ctx, wd, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	wd.Spec.Template.Annotations = map[string]string{"restartedAt": time.Now().Format(time.RFC3339)}
-	if _, err := cs.AppsV1().Deployments(r.ns).Update(ctx, wd, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("updating the webhook's own Deployment while the webhook is down: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -69,7 +70,7 @@ func (p PodProxy) Fetch(ctx context.Context, namespace, pod string) ([]byte, str
 		path = MetricsPath
 	}
 	var contentType string
-	body, err := p.Client.Get().
+	res := p.Client.Get().
 		Namespace(namespace).
 		Resource("pods").
 		Name(pod+":"+port).
@@ -78,8 +79,13 @@ func (p PodProxy) Fetch(ctx context.Context, namespace, pod string) ([]byte, str
 		// Ask for the text format: it is what every Prometheus client serves and what we decode.
 		SetHeader("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain))).
 		Do(ctx).
-		ContentType(&contentType).
-		Raw()
+		ContentType(&contentType)
+	// Error, not Raw's error: only Error decodes the API server's Status body, which carries the
+	// reason the proxy failed ("error trying to reach service: …").
+	if err := res.Error(); err != nil {
+		return nil, "", err
+	}
+	body, err := res.Raw()
 	return body, contentType, err
 }
 
@@ -175,8 +181,9 @@ func ScrapeRows(ctx context.Context, f Fetcher, namespace string, rows []Row, op
 			r.Scrape = &Scrape{Err: "released: no holder to scrape"}
 			continue
 		}
-		if errs := validation.IsDNS1123Subdomain(r.Pod); len(errs) > 0 {
-			r.Scrape = &Scrape{Pod: r.Pod, Err: fmt.Sprintf("holder identity %q does not name a pod: %s", r.Holder, strings.Join(errs, "; "))}
+		if len(validation.IsDNS1123Subdomain(r.Pod)) > 0 {
+			// Not a name the API could have; it is not put into a request path either.
+			r.Scrape = &Scrape{Pod: r.Pod, Err: fmt.Sprintf("holder identity %q does not name a pod (%q is not a pod name)", r.Holder, r.Pod)}
 			continue
 		}
 		wg.Add(1)
@@ -231,18 +238,22 @@ func describeFetchError(err error, namespace, pod string, timeout time.Duration)
 	case errors.As(err, &status):
 		return fmt.Sprintf("pod proxy to %s:%s/%s answered %d: %s", pod, MetricsPort, MetricsPath, status.Status().Code, apiMessage(err))
 	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
 	return fmt.Sprintf("cannot reach the API server: %v", err)
 }
 
-// isPodNotFound tells the API server's "pods NAME not found" from a 404 the pod itself answered
-// through the proxy (its /metrics path missing).
+// isPodNotFound tells the API server's "pods NAME not found" (details name the pod) from a 404 the
+// pod itself answered through the proxy (client-go names the proxied "NAME:PORT" then).
 func isPodNotFound(err error, pod string) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false
 	}
 	d := status.Status().Details
-	return d != nil && d.Kind == "pods" && (d.Name == pod || strings.HasPrefix(d.Name, pod+":"))
+	return d != nil && d.Kind == "pods" && d.Name == pod
 }
 
 func apiMessage(err error) string {

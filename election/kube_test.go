@@ -122,9 +122,9 @@ func TestKubeFailover(t *testing.T) {
 	a.stop() // a crash: no release
 	<-a.e.done
 	lastRenewal := a.lastWrite()
-	waitFor(t, "b takes over", func() bool { return b.e.Token().Valid })
+	var got Event
+	waitFor(t, "b takes over", func() bool { var ok bool; got, ok = b.last(Acquired); return ok })
 	wantToken(t, "b", b.e, 2, true)
-	got, _ := b.last(Acquired)
 	sent := got.Until.Add(-kubeLease)
 	t.Logf("crash takeover: acquisition sent %v after a's last renewal + lease (answer %v)",
 		sent.Sub(lastRenewal.Add(kubeLease)), got.From.Sub(lastRenewal.Add(kubeLease)))
@@ -143,9 +143,8 @@ func TestKubeFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	released := time.Now()
-	waitFor(t, "d takes over", func() bool { return d.e.Token().Valid })
+	waitFor(t, "d takes over", func() bool { var ok bool; got, ok = d.last(Acquired); return ok })
 	wantToken(t, "d", d.e, 3, true)
-	got, _ = d.last(Acquired)
 	t.Logf("graceful takeover: %v after the release returned", got.From.Sub(released))
 	if got.From.After(released.Add(kubeRenew + time.Second)) {
 		t.Fatalf("d acquired %v after the release, later than renew + 1s", got.From.Sub(released))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -196,8 +197,8 @@ func describeListError(err error, host, ns, name string) (string, int) {
 The view needs verb "list" on resource "leases" (API group "coordination.k8s.io") in namespace %s,
 and your kubeconfig's identity lacks it. Grant it with a Role that can list leases, e.g.:
   kubectl create role ehdb-election-status -n %s --verb=list --resource=leases.coordination.k8s.io
-  kubectl create rolebinding ehdb-election-status -n %s --role=ehdb-election-status --user=<you>
-(--scrape also needs verb "get" on "pods/proxy".)`, apiMessage(err), ns, ns, ns), ExitDenied
+  kubectl create rolebinding ehdb-election-status -n %s --role=ehdb-election-status %s
+(--scrape also needs verb "get" on "pods/proxy".)`, apiMessage(err), ns, ns, ns, subjectFlag(apiMessage(err))), ExitDenied
 	case apierrors.IsUnauthorized(err):
 		return fmt.Sprintf("error: the API server at %s rejected the kubeconfig's credentials (401 Unauthorized): %s\nRenew them (log in again) or choose another --context.", host, apiMessage(err)), ExitDenied
 	case errors.As(err, &status):
@@ -207,7 +208,23 @@ and your kubeconfig's identity lacks it. Grant it with a Role that can list leas
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return fmt.Sprintf("error: cannot reach the API server at %s: %v\nCheck the cluster is up and the kubeconfig's server address (%s --context / --kubeconfig).", host, err, name), ExitError
+	return fmt.Sprintf("error: cannot reach the API server at %s: %v\nIs the cluster up, and are the kubeconfig and context the ones you meant? (%s status --kubeconfig PATH --context NAME)", host, err, name), ExitError
+}
+
+// forbiddenUserRE finds the user in the API server's denial ("User \"bob\" cannot list …").
+var forbiddenUserRE = regexp.MustCompile(`User "([^"]+)" cannot`)
+
+// subjectFlag is the `kubectl create rolebinding` flag naming the denied identity, read from the
+// denial so the hint can be pasted as is; a placeholder when the message does not say.
+func subjectFlag(msg string) string {
+	m := forbiddenUserRE.FindStringSubmatch(msg)
+	if m == nil {
+		return "--user=<you>"
+	}
+	if sa, ok := strings.CutPrefix(m[1], "system:serviceaccount:"); ok {
+		return "--serviceaccount=" + sa
+	}
+	return "--user=" + m[1]
 }
 
 // noLeasesMessage says that the namespace has no shard Leases and what that usually means. A

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,14 +40,29 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
 		}, []string{"kind", "result"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.duration} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				return nil, errors.New("ehdb webhook metrics are already registered with this registry")
-			}
-			return nil, err
+	// Registering again with the same registry (a second server in one process, as tests do)
+	// reuses the series already there.
+	if err := reg.Register(m.decisions); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		existing, ok := (*prometheus.CounterVec)(nil), false
+		if errors.As(err, &are) {
+			existing, ok = are.ExistingCollector.(*prometheus.CounterVec)
 		}
+		if !ok {
+			return nil, fmt.Errorf("registering ehdb_webhook_decisions_total: %w", err)
+		}
+		m.decisions = existing
+	}
+	if err := reg.Register(m.duration); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		existing, ok := (*prometheus.HistogramVec)(nil), false
+		if errors.As(err, &are) {
+			existing, ok = are.ExistingCollector.(*prometheus.HistogramVec)
+		}
+		if !ok {
+			return nil, fmt.Errorf("registering ehdb_webhook_decision_duration_seconds: %w", err)
+		}
+		m.duration = existing
 	}
 	for _, k := range judgedKinds {
 		for _, r := range []Reason{ReasonUnarmed, ReasonRequirementsMet, ReasonNoOpinion} {

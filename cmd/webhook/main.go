@@ -1,0 +1,148 @@
+// Command ehdb-webhook serves the ehdb-election admission guard (package webhook): it refuses to
+// arm NOETL_EHDB_FENCING=enforce on a writer before the election that mints its tokens can run.
+//
+// It serves TLS (1.2 or later) on --webhook-port at /validate with the certificate in --cert-dir,
+// reloaded when the files change. With --cert-rotation it provisions and rotates that
+// certificate itself (cert-controller's rotator): a CA and a serving certificate for
+// <--service-name>.<namespace>.svc in the Secret --cert-secret-name, and the CA in the caBundle of
+// every entry of the ValidatingWebhookConfiguration --webhook-config-name. /readyz turns true only
+// once the certificate is served (and, when rotating, the CA is injected); /healthz answers while
+// the process runs; /metrics is on its own port.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// options are the command line, named exactly as the chart passes them.
+type options struct {
+	kubeconfig        string
+	namespace         string
+	webhookPort       int
+	webhookHost       string
+	certDir           string
+	certRotation      bool
+	certSecretName    string
+	serviceName       string
+	webhookConfigName string
+	metricsAddr       string
+	probeAddr         string
+	requireLiveLease  bool
+	logLevel          string
+
+	// Not flags. extraDNSNames are added to the rotated serving certificate (tests reach the
+	// webhook as localhost); shutdownTimeout bounds the graceful stop.
+	extraDNSNames   []string
+	shutdownTimeout time.Duration
+}
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("ehdb-webhook", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig; in-cluster configuration when empty")
+	fs.StringVar(&o.namespace, "namespace", getenv("POD_NAMESPACE"), "the webhook's own namespace, where its TLS Secret lives (default: $POD_NAMESPACE)")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission endpoint ("+webhookPath+")")
+	fs.StringVar(&o.webhookHost, "webhook-host", "", "address to bind the admission endpoint to; empty means all")
+	fs.StringVar(&o.certDir, "cert-dir", "/certs", "directory holding tls.crt and tls.key (reloaded when they change)")
+	fs.BoolVar(&o.certRotation, "cert-rotation", true, "provision and rotate the CA and serving certificate into --cert-secret-name and patch the caBundle of --webhook-config-name; false serves what is mounted (cert-manager)")
+	fs.StringVar(&o.certSecretName, "cert-secret-name", "ehdb-election-webhook-tls", "Secret in --namespace the rotator fills (mounted at --cert-dir)")
+	fs.StringVar(&o.serviceName, "service-name", "ehdb-election-webhook", "Service in front of the webhook; the certificate is for <service-name>.<namespace>.svc")
+	fs.StringVar(&o.webhookConfigName, "webhook-config-name", "ehdb-election", "ValidatingWebhookConfiguration whose caBundle the rotator patches")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics; \"0\" disables it")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&o.requireLiveLease, "require-live-lease", true, "on the transition to armed, require every shard's Lease to be live, held and at epoch >= 1")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.webhookPort < 1 || o.webhookPort > 65535 {
+		return o, fmt.Errorf("--webhook-port=%d is not a port", o.webhookPort)
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		return o, err
+	}
+	if o.certRotation {
+		var missing []string
+		for flagName, v := range map[string]string{"--namespace (or $POD_NAMESPACE)": o.namespace, "--cert-secret-name": o.certSecretName,
+			"--service-name": o.serviceName, "--webhook-config-name": o.webhookConfigName, "--cert-dir": o.certDir} {
+			if v == "" {
+				missing = append(missing, flagName)
+			}
+		}
+		if len(missing) > 0 {
+			return o, fmt.Errorf("--cert-rotation needs %s", strings.Join(missing, ", "))
+		}
+	}
+	o.shutdownTimeout = 30 * time.Second
+	return o, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("--log-level=%q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// newLogger returns the JSON logger every component logs through (controller-runtime, client-go
+// via klog, the guard). logr verbosity V(n) maps to slog level -n, so debug shows V(1) and up.
+func newLogger(w io.Writer, level string) logr.Logger {
+	l, _ := parseLevel(level)
+	return logr.FromSlogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("loading --kubeconfig %s: %w", kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+	}
+	return cfg, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "ehdb-webhook:", err)
+		os.Exit(2)
+	}
+	log := newLogger(os.Stderr, o.logLevel)
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		log.Error(err, "cannot reach the API server")
+		os.Exit(1)
+	}
+	if err := run(ctrl.SetupSignalHandler(), o, cfg, log); err != nil {
+		log.Error(err, "webhook stopped")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+
+	"github.com/go-logr/logr"
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/noetl/ehdb-election/webhook"
+)
+
+const webhookPath = webhook.Path
+
+// run serves the guard until ctx is done, then stops gracefully: the webhook server drains
+// in-flight reviews before the process exits.
+func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) error {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+
+	certs := newCertLoader(filepath.Join(o.certDir, "tls.crt"), filepath.Join(o.certDir, "tls.key"), log.WithName("certs"))
+	server := ctrlwebhook.NewServer(ctrlwebhook.Options{
+		Host: o.webhookHost,
+		Port: o.webhookPort,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+			c.MinVersion = tls.VersionTLS12
+			c.GetCertificate = certs.GetCertificate
+			// HTTP/1.1 only: the API server needs nothing more, and it keeps the HTTP/2
+			// stream-reset class of attacks off this port.
+			c.NextProtos = []string{"http/1.1"}
+		}},
+	})
+
+	// The manager's cache holds only this webhook's own Secret and webhook configuration, each
+	// selected by metadata.name, so the chart's RBAC can name them with resourceNames (a list or
+	// watch with resourceNames is authorized only with that field selector).
+	byName := func(name string) fields.Selector { return fields.OneTermEqualSelector("metadata.name", name) }
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&admissionregistrationv1.ValidatingWebhookConfiguration{}: {Field: byName(o.webhookConfigName)},
+	}}
+	if o.namespace != "" {
+		cacheOpts.ByObject[&corev1.Secret{}] = cache.ByObject{
+			Namespaces: map[string]cache.Config{o.namespace: {FieldSelector: byName(o.certSecretName)}},
+		}
+	}
+	timeout := o.shutdownTimeout
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                  scheme,
+		Logger:                  log,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		WebhookServer:           server,
+		GracefulShutdownTimeout: &timeout,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.Add(certs); err != nil {
+		return err
+	}
+
+	metrics, err := webhook.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	lookups := rest.CopyConfig(cfg)
+	// A review's lookups go out together; client-go's default 5 QPS would queue them.
+	lookups.QPS, lookups.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(lookups)
+	if err != nil {
+		return fmt.Errorf("creating the API client: %w", err)
+	}
+	handler := &webhook.Handler{
+		Resolver: webhook.NewAPIResolver(cs, 0),
+		Policy:   webhook.Policy{RequireLiveLease: o.requireLiveLease},
+		Metrics:  metrics,
+		Log:      log.WithName("guard"),
+	}
+	// GetWebhookServer (not the server variable) is what adds the server to the manager.
+	mgr.GetWebhookServer().Register(webhookPath, webhook.NewHTTPHandler(handler))
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	// Ready only when a TLS handshake with the served certificate succeeds.
+	if err := mgr.AddReadyzCheck("tls", server.StartedChecker()); err != nil {
+		return err
+	}
+
+	if o.certRotation {
+		caInjected := make(chan struct{})
+		cr := &rotator.CertRotator{
+			SecretKey:      types.NamespacedName{Namespace: o.namespace, Name: o.certSecretName},
+			CertDir:        o.certDir,
+			CAName:         "ehdb-election-webhook-ca",
+			CAOrganization: "ehdb-election",
+			DNSName:        fmt.Sprintf("%s.%s.svc", o.serviceName, o.namespace),
+			ExtraDNSNames: append([]string{o.serviceName, o.serviceName + "." + o.namespace,
+				fmt.Sprintf("%s.%s.svc.cluster.local", o.serviceName, o.namespace)}, o.extraDNSNames...),
+			IsReady:              caInjected,
+			Webhooks:             []rotator.WebhookInfo{{Name: o.webhookConfigName, Type: rotator.Validating}},
+			FieldOwner:           "ehdb-election-webhook",
+			EnableReadinessCheck: true,
+		}
+		// The rotator builds a cache of its own from the manager's config and offers no way to
+		// select by name (open-policy-agent/cert-controller#228), so it gets a config whose
+		// transport adds the metadata.name selector to its list and watch requests.
+		restricted := restrictToNames(cfg, map[string]string{
+			"/api/v1/namespaces/" + o.namespace + "/secrets":                        o.certSecretName,
+			"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations": o.webhookConfigName,
+		})
+		if err := rotator.AddRotator(&configOverride{Manager: mgr, cfg: restricted}, cr); err != nil {
+			return fmt.Errorf("adding the certificate rotator: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("ca-injected", func(*http.Request) error {
+			select {
+			case <-caInjected:
+				return nil
+			default:
+				return errors.New("the CA is not yet in the webhook configuration")
+			}
+		}); err != nil {
+			return err
+		}
+	}
+
+	log.Info("starting", "webhookPort", o.webhookPort, "certDir", o.certDir, "certRotation", o.certRotation,
+		"namespace", o.namespace, "requireLiveLease", o.requireLiveLease, "metrics", o.metricsAddr, "probes", o.probeAddr)
+	if err := mgr.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// configOverride is the manager as the rotator sees it: the same but for GetConfig.
+type configOverride struct {
+	manager.Manager
+	cfg *rest.Config
+}
+
+func (m *configOverride) GetConfig() *rest.Config { return m.cfg }

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -297,4 +298,26 @@ func TestKubeAPIServerOutage(t *testing.T) {
 	restarted = true
 	waitFor(t, "re-acquired", func() bool { return w.e.Token().Valid })
 	wantToken(t, "writer", w.e, 2, true)
+}
+
+// A writer's boot path against a real cluster: the shard from the StatefulSet ordinal in HOSTNAME,
+// the Lease named after it, the clamped pair from the environment.
+func TestKubeStartFromEnvironment(t *testing.T) {
+	c := testcluster.ForTest(t)
+	ns := c.NewNamespace(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := newPlainRegistry()
+	e := StartFromEnvironment(ctx, env(EnvElection, "true", "HOSTNAME", "noetl-cmdbus-writer-3", EnvNamespace, ns,
+		EnvLeaseSecs, "3", EnvRenewSecs, "9"), c.Config, Options{Registerer: reg, Logger: discard})
+	t.Cleanup(func() { cancel(); <-e.done })
+	waitFor(t, "acquired", func() bool { return e.Token().Valid })
+	l, err := c.Clientset().CoordinationV1().Leases(ns).Get(ctx, "ehdb-shard-00000003", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holderOf(l) != e.Identity() || !strings.HasPrefix(e.Identity(), "noetl-cmdbus-writer-3#") || *l.Spec.LeaseDurationSeconds != 3 {
+		t.Fatalf("lease %+v, identity %q", l.Spec, e.Identity())
+	}
+	wantGauges(t, reg, map[string]float64{"ehdb_election_active": 1, "ehdb_election_token_valid": 1,
+		"ehdb_election_lease_duration_seconds": 3, "ehdb_election_renew_interval_seconds": 1})
 }

@@ -104,9 +104,10 @@ func parseLevel(s string) (slog.Level, error) {
 
 // newLogger returns the JSON logger every component logs through (controller-runtime, client-go
 // via klog, the guard). logr verbosity V(n) maps to slog level -n, so debug shows V(1) and up.
-func newLogger(w io.Writer, level string) logr.Logger {
+func newLogger(w io.Writer, level string) (logr.Logger, *slog.Logger) {
 	l, _ := parseLevel(level)
-	return logr.FromSlogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})
+	return logr.FromSlogHandler(h), slog.New(h)
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -133,7 +134,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ehdb-webhook:", err)
 		os.Exit(2)
 	}
-	log := newLogger(os.Stderr, o.logLevel)
+	log, slogger := newLogger(os.Stderr, o.logLevel)
+	// The standard library's logger too (net/http reports TLS handshake errors through it).
+	slog.SetDefault(slogger)
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
 	cfg, err := restConfig(o.kubeconfig)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -54,8 +53,12 @@ func (b *bench) measureAdmission(ctx context.Context) (admissionResult, error) {
 	if err != nil {
 		return res, err
 	}
+	bin, err := b.build(ctx, "webhook")
+	if err != nil {
+		return res, err
+	}
 	b.step("admission: the webhook as the chart's webhook ServiceAccount, and a live writer for shard 0")
-	wh, err := harness.StartWebhook(ctx, b.cluster, filepath.Join(b.bins, "webhook"), namespace, release, b.dir)
+	wh, err := harness.StartWebhook(ctx, b.cluster, bin, namespace, release, b.dir)
 	if err != nil {
 		return res, err
 	}

@@ -50,7 +50,7 @@ var sections = []string{"micro", "admission", "failover", "scale"}
 
 func defaultOptions(quick bool) options {
 	if quick {
-		return options{quick: true, benchtime: "100ms", trials: 5, steady: 8 * time.Second, stagger: 250 * time.Millisecond,
+		return options{quick: true, benchtime: "100ms", trials: 5, steady: 10 * time.Second, stagger: 250 * time.Millisecond,
 			scale: 100, scaleWindow: 10 * time.Second, idleWindow: 3 * time.Second, requests: 200, concurrency: 8, warmup: 50}
 	}
 	return options{trials: 20, steady: 20 * time.Second, stagger: 250 * time.Millisecond,

@@ -90,7 +90,7 @@ func renderFailover(p func(string, ...any), rs []failoverResult, errs []error, o
 		"signals staggered by %s. Graceful: SIGTERM of the holder → the standby's acquisition (when its answer arrived). "+
 		"Crash: SIGKILL of the holder; *takeover* is measured from the earliest instant the rules allow "+
 		"(the holder's last renewTime, read right after the kill, + the lease duration), *total* from the kill.",
-		o.trials, 2*o.trials, o.stagger)
+		o.trials, 2*o.trials, dur(o.stagger))
 	p("")
 	p("| implementation | timings | scenario | n | min | p50 | p90 | p99 | max | goal |")
 	p("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
@@ -118,10 +118,10 @@ func renderFailover(p func(string, ...any), rs []failoverResult, errs []error, o
 		}
 		row("crash: takeover after earliest allowed", r.Takeover, goal(takeoverGoal))
 		row("crash: total from SIGKILL", r.CrashTotal,
-			goal(verdict(r.CrashTotal.N > 0 && r.CrashTotal.Max <= r.Bound, "max ≤ lease + renew = "+dur(r.Bound))))
+			goal(verdict(r.CrashTotal.N > 0 && r.CrashTotal.Max <= r.Bound, "max ≤ lease + renew = "+secs(r.Bound))))
 	}
 	p("")
-	p("Steady state, measured over %s with every shard's holder and standby running:", o.steady)
+	p("Steady state, measured over %s with every shard's holder and standby running:", secs(o.steady))
 	p("")
 	p("| implementation | Lease writes/s per shard | API requests/s per shard on Leases, by verb |")
 	p("| --- | ---: | --- |")
@@ -161,17 +161,17 @@ func renderScale(p func(string, ...any), r *scaleResult, err error) {
 	}
 	p("%d shard elections in one process (each with its own client, connection and metrics registry, as separate "+
 		"writers would have), lease %s / renew %s, started evenly over one renew interval; all held a valid token %s after the first started.",
-		r.Elections, dur(r.Lease), dur(r.Renew), dur(r.Startup))
+		r.Elections, secs(r.Lease), secs(r.Renew), dur(r.Startup))
 	p("")
 	p("| measure | value |")
 	p("| --- | --- |")
-	p("| steady-state window | %s |", dur(r.Window))
-	p("| Lease writes | %d: %.1f/s, %.3f/s per election (renew every %s = %.3f/s) |", r.Writes, r.WritesPerSec, r.WritesPerElection, dur(r.Renew), 1/r.Renew.Seconds())
-	p("| kube-apiserver CPU | %.1f %% of one core (at rest, no elections: %.1f %% over %s) |", r.APIServerCPU, r.IdleCPU, dur(r.IdleWindow))
+	p("| steady-state window | %s |", secs(r.Window.Round(100*time.Millisecond)))
+	p("| Lease writes | %d: %.1f/s, %.3f/s per election (one renewal per %s = %.3f/s) |", r.Writes, r.WritesPerSec, r.WritesPerElection, secs(r.Renew), 1/r.Renew.Seconds())
+	p("| kube-apiserver CPU | %.1f %% of one core (at rest, no elections: %.1f %% over %s) |", r.APIServerCPU, r.IdleCPU, secs(r.IdleWindow))
 	p("| the %d drivers' process CPU | %.1f %% of one core |", r.Elections, r.DriversCPU)
 	p("| renewals | %d in the window (expected ≈ %d) |", r.Renewed, r.Expected)
 	p("| longest gap between an election's successful writes | %s |", dur(r.MaxGap))
-	p("| **renewals missed** | **%d** %s: late (gap > 1.5 × renew) %d, token_valid drops %d, lost %d, errors %d |",
+	p("| **renewals missed** | **%d** (%s): late (gap > 1.5 × renew) %d, token_valid drops %d, lost %d, errors %d |",
 		r.Missed(), verdict(r.Missed() == 0, "goal 0"), r.Late, r.TokenDrops, r.Lost, r.Errors)
 }
 
@@ -248,6 +248,9 @@ func dur(d time.Duration) string {
 		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 	}
 }
+
+// secs prints a setting or a window in seconds, as it was given: "15 s", "0.5 s".
+func secs(d time.Duration) string { return fmt.Sprintf("%g s", d.Seconds()) }
 
 func num(v float64) string {
 	if v >= 100 || v == float64(int64(v)) {

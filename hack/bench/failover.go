@@ -97,14 +97,13 @@ type failoverResult struct {
 	Problems           []string           // trials that produced no figure, and why
 }
 
-// trial is one shard of a failover run: a holder, a standby, and what was seen of them.
+// trial is one shard of a failover run: its holder, whose standby is to take over from it.
 type trial struct {
 	shard    int
 	lease    string
 	file     string // the shard's acquisitions
 	holder   candidate
 	holderID string
-	standby  candidate
 }
 
 // measureFailover runs trials graceful and trials crash failovers of c at once on distinct shards,
@@ -149,64 +148,85 @@ func (b *bench) measureFailover(ctx context.Context, c contender) (failoverResul
 		if err != nil {
 			return res, err
 		}
-		t.standby = p
 		started = append(started, p)
 	}
 
 	// The steady-state window also gives every standby time to observe its holder's renewals, so
 	// a crash trial measures the takeover rule, not a standby that had not looked yet.
-	b.step("%s: steady state for %s (%d shards, holder + standby each)", c.Name, b.opts.steady, len(trials))
+	b.step("%s: steady state for %s (%d shards, holder + standby each)", c.Name, secs(b.opts.steady), len(trials))
+	var err error
+	if res.WritesPerShard, res.RequestsPerShard, err = b.steadyState(ctx, names); err != nil {
+		return res, err
+	}
+	b.step("%s: %d graceful failovers (SIGTERM)", c.Name, n)
+	res.Graceful, res.Problems = b.gracefulTrials(ctx, c, trials[:n])
+	b.step("%s: %d crash failovers (SIGKILL); the standbys wait out the lease", c.Name, n)
+	var problems []string
+	res.Takeover, res.CrashTotal, problems = b.crashTrials(ctx, c, trials[n:])
+	res.Problems = append(res.Problems, problems...)
+	return res, ctx.Err()
+}
+
+// steadyState measures, over opts.steady, the Lease writes per shard per second (a watch) and the
+// API requests on Leases per shard per second by verb (the API server's own counters).
+func (b *bench) steadyState(ctx context.Context, names map[string]bool) (float64, map[string]float64, error) {
+	perShard := func(count float64) float64 { return count / float64(len(names)) / b.opts.steady.Seconds() }
 	before, err := leaseRequests(ctx, b.cs)
 	if err != nil {
-		return res, err
+		return 0, nil, err
 	}
 	writes, err := countLeaseWrites(ctx, b.cs, namespace, func(name string) bool { return names[name] }, b.opts.steady)
 	if err != nil {
-		return res, err
+		return 0, nil, err
 	}
 	after, err := leaseRequests(ctx, b.cs)
 	if err != nil {
-		return res, err
+		return 0, nil, err
 	}
-	perShard := func(count float64) float64 { return count / float64(len(trials)) / b.opts.steady.Seconds() }
-	res.WritesPerShard = perShard(float64(writes))
-	res.RequestsPerShard = map[string]float64{}
+	requests := map[string]float64{}
 	for verb, v := range after {
 		if d := v - before[verb]; d > 0 {
-			res.RequestsPerShard[verb] = perShard(d)
+			requests[verb] = perShard(d)
 		}
 	}
+	return perShard(float64(writes)), requests, nil
+}
 
-	graceful, crash := trials[:n], trials[n:]
-	b.step("%s: %d graceful failovers (SIGTERM)", c.Name, n)
-	sent := make([]time.Time, n)
-	for i, t := range graceful {
+// gracefulTrials sends SIGTERM to each trial's holder and times the standby's acquisition from it.
+func (b *bench) gracefulTrials(ctx context.Context, c contender, trials []*trial) (summary, []string) {
+	var problems []string
+	sent := make([]time.Time, len(trials))
+	for i, t := range trials {
 		if err := b.checkHolder(ctx, t); err != nil {
-			res.Problems = append(res.Problems, "graceful: "+err.Error())
+			problems = append(problems, "graceful: "+err.Error())
 			continue
 		}
 		sent[i] = time.Now()
 		t.holder.Signal(syscall.SIGTERM)
 		sleepCtx(ctx, b.opts.stagger)
 	}
-	acquired := b.waitAcquisitions(ctx, graceful, c.Lease+renewSecs*time.Second+10*time.Second)
+	// A release that failed would show as a takeover after the lease: allow for it.
+	acquired := b.waitAcquisitions(ctx, trials, c.Lease+renewSecs*time.Second+10*time.Second)
 	var delays []time.Duration
-	for i, t := range graceful {
+	for i, t := range trials {
 		switch {
 		case sent[i].IsZero():
 		case acquired[i].IsZero():
-			res.Problems = append(res.Problems, fmt.Sprintf("graceful: shard %d: the standby never acquired", t.shard))
+			problems = append(problems, fmt.Sprintf("graceful: shard %d: the standby never acquired", t.shard))
 		default:
 			delays = append(delays, acquired[i].Sub(sent[i]))
 		}
 	}
-	res.Graceful = summarize(delays)
+	return summarize(delays), problems
+}
 
-	b.step("%s: %d crash failovers (SIGKILL); the standbys wait out the lease", c.Name, n)
-	killed, earliest := make([]time.Time, n), make([]time.Time, n)
-	for i, t := range crash {
+// crashTrials SIGKILLs each trial's holder, reads the holder's last renewal from the Lease, and
+// times the standby's acquisition from the earliest instant the rules allow it and from the kill.
+func (b *bench) crashTrials(ctx context.Context, c contender, trials []*trial) (takeover, total summary, problems []string) {
+	killed, earliest := make([]time.Time, len(trials)), make([]time.Time, len(trials))
+	for i, t := range trials {
 		if err := b.checkHolder(ctx, t); err != nil {
-			res.Problems = append(res.Problems, "crash: "+err.Error())
+			problems = append(problems, "crash: "+err.Error())
 			continue
 		}
 		killed[i] = time.Now()
@@ -216,30 +236,29 @@ func (b *bench) measureFailover(ctx context.Context, c contender) (failoverResul
 		l, err := b.cs.CoordinationV1().Leases(namespace).Get(ctx, t.lease, metav1.GetOptions{})
 		switch {
 		case err != nil:
-			res.Problems = append(res.Problems, fmt.Sprintf("crash: shard %d: reading the lease after the kill: %v", t.shard, err))
+			problems = append(problems, fmt.Sprintf("crash: shard %d: reading the lease after the kill: %v", t.shard, err))
 			killed[i] = time.Time{}
 		case l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != t.holderID || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil:
-			res.Problems = append(res.Problems, fmt.Sprintf("crash: shard %d: the lease changed hands before it could be read", t.shard))
+			problems = append(problems, fmt.Sprintf("crash: shard %d: the lease changed hands before it could be read", t.shard))
 			killed[i] = time.Time{}
 		default:
 			earliest[i] = l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 		}
 		sleepCtx(ctx, b.opts.stagger)
 	}
-	acquired = b.waitAcquisitions(ctx, crash, 2*c.Lease+renewSecs*time.Second+10*time.Second)
+	acquired := b.waitAcquisitions(ctx, trials, 2*c.Lease+renewSecs*time.Second+10*time.Second)
 	var takeovers, totals []time.Duration
-	for i, t := range crash {
+	for i, t := range trials {
 		switch {
 		case killed[i].IsZero():
 		case acquired[i].IsZero():
-			res.Problems = append(res.Problems, fmt.Sprintf("crash: shard %d: the standby never acquired", t.shard))
+			problems = append(problems, fmt.Sprintf("crash: shard %d: the standby never acquired", t.shard))
 		default:
 			takeovers = append(takeovers, acquired[i].Sub(earliest[i]))
 			totals = append(totals, acquired[i].Sub(killed[i]))
 		}
 	}
-	res.Takeover, res.CrashTotal = summarize(takeovers), summarize(totals)
-	return res, ctx.Err()
+	return summarize(takeovers), summarize(totals), problems
 }
 
 // checkHolder confirms that the trial's holder still holds its Lease before it is signalled: a

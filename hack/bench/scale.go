@@ -120,7 +120,10 @@ func (b *bench) measureScale(ctx context.Context) (scaleResult, error) {
 	sleepCtx(ctx, renew)
 
 	b.step("scale: steady state for %s", b.opts.scaleWindow)
-	before := gatherCounters(drivers)
+	before, err := gatherCounters(drivers)
+	if err != nil {
+		return res, err
+	}
 	for _, d := range drivers {
 		d.mu.Lock()
 		d.counting = true
@@ -149,7 +152,10 @@ func (b *bench) measureScale(ctx context.Context) (scaleResult, error) {
 	if cpuErr != nil {
 		return res, cpuErr
 	}
-	after := gatherCounters(drivers)
+	after, err := gatherCounters(drivers)
+	if err != nil {
+		return res, err
+	}
 	now := time.Now()
 	for _, d := range drivers {
 		d.mu.Lock()
@@ -263,12 +269,12 @@ func sampleTokenDrops(ctx context.Context, drivers []*scaleDriver) int {
 
 // gatherCounters sums the elections' outcome and error counters, keyed "outcome=<o>" and
 // "reason=<r>".
-func gatherCounters(drivers []*scaleDriver) map[string]float64 {
+func gatherCounters(drivers []*scaleDriver) (map[string]float64, error) {
 	out := map[string]float64{}
 	for _, d := range drivers {
 		families, err := d.reg.Gather()
 		if err != nil {
-			continue
+			return nil, fmt.Errorf("gathering the metrics of %s: %w", d.name, err)
 		}
 		for _, f := range families {
 			for _, m := range f.GetMetric() {
@@ -280,7 +286,7 @@ func gatherCounters(drivers []*scaleDriver) map[string]float64 {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 func percentOfCore(cpu, wall time.Duration) float64 {

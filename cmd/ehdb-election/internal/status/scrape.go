@@ -15,6 +15,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -87,6 +88,44 @@ func (p PodProxy) Fetch(ctx context.Context, namespace, pod string) ([]byte, str
 	}
 	body, err := res.Raw()
 	return body, contentType, err
+}
+
+// PodDescriber is implemented by a Fetcher that can say what state a pod is in, to explain a failed
+// scrape.
+type PodDescriber interface {
+	DescribePod(ctx context.Context, namespace, pod string) (string, error)
+}
+
+// DescribePod implements PodDescriber: the pod's phase, IP and readiness in a few words.
+func (p PodProxy) DescribePod(ctx context.Context, namespace, pod string) (string, error) {
+	var obj corev1.Pod
+	if err := p.Client.Get().Namespace(namespace).Resource("pods").Name(pod).Do(ctx).Into(&obj); err != nil {
+		return "", err
+	}
+	return podState(&obj), nil
+}
+
+func podState(pod *corev1.Pod) string {
+	if pod.DeletionTimestamp != nil {
+		return "pod is terminating"
+	}
+	st := "pod is " + string(pod.Status.Phase)
+	if pod.Status.Phase == "" {
+		st = "pod has no phase yet"
+	}
+	if pod.Status.PodIP == "" {
+		if pod.Spec.NodeName == "" {
+			return st + ", not scheduled, no IP yet"
+		}
+		return st + ", no IP yet"
+	}
+	ready := "not Ready"
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			ready = "Ready"
+		}
+	}
+	return st + ", IP " + pod.Status.PodIP + ", " + ready
 }
 
 // WriterMetrics are the election series read from one exposition; nil when absent.
@@ -203,6 +242,15 @@ func scrapeOne(ctx context.Context, f Fetcher, namespace, pod string, timeout ti
 	body, contentType, err := f.Fetch(ctx, namespace, pod)
 	if err != nil {
 		s.Err = describeFetchError(err, namespace, pod, timeout)
+		if d, ok := f.(PodDescriber); ok && worthDescribing(err, pod) {
+			// The proxy's own words ("address not allowed") rarely say what is wrong with the pod;
+			// its phase, IP and readiness usually do. Best effort, on a fresh short deadline.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if state, derr := d.DescribePod(dctx, namespace, pod); derr == nil {
+				s.Err += " (" + state + ")"
+			}
+		}
 		return s
 	}
 	m, err := ParseExposition(body, contentType)
@@ -223,6 +271,17 @@ func scrapeOne(ctx context.Context, f Fetcher, namespace, pod string, timeout ti
 	return s
 }
 
+// worthDescribing says whether the pod's state may explain a failed fetch: not when the pod is
+// gone or the caller lacks permission, which the message already says.
+func worthDescribing(err error, pod string) bool {
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err), isPodNotFound(err, pod):
+		return false
+	}
+	return errors.As(err, &status) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // describeFetchError says, in an operator's words, why the pod proxy gave no metrics.
 func describeFetchError(err error, namespace, pod string, timeout time.Duration) string {
 	var status apierrors.APIStatus
@@ -230,7 +289,8 @@ func describeFetchError(err error, namespace, pod string, timeout time.Duration)
 	case errors.Is(err, context.DeadlineExceeded) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err):
 		return fmt.Sprintf("no answer from pod %s within %s", pod, timeout)
 	case apierrors.IsForbidden(err):
-		return fmt.Sprintf("forbidden: the scrape needs get on pods/proxy in namespace %s (%s)", namespace, apiMessage(err))
+		// The API server's message would repeat this at length on every row.
+		return fmt.Sprintf("forbidden: the scrape needs get on pods/proxy in namespace %s", namespace)
 	case apierrors.IsUnauthorized(err):
 		return fmt.Sprintf("unauthorized: the API server rejected the credentials (%s)", apiMessage(err))
 	case apierrors.IsNotFound(err) && isPodNotFound(err, pod):

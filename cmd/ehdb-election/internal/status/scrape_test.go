@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -108,7 +110,8 @@ func TestParseExpositionProtobuf(t *testing.T) {
 // proxy path to a handler and records what was asked.
 type fakeAPI struct {
 	mu       sync.Mutex
-	pods     map[string]http.Handler // by pod name
+	pods     map[string]http.Handler // the proxy to each pod's :9090/metrics, by pod name
+	objs     map[string]*corev1.Pod  // GET of the pod objects; absent ones are 404
 	requests []*http.Request
 }
 
@@ -119,6 +122,13 @@ func (f *fakeAPI) RoundTrip(req *http.Request) (*http.Response, error) {
 	const prefix = "/api/v1/namespaces/noetl/pods/"
 	rest, ok := strings.CutPrefix(req.URL.Path, prefix)
 	pod, tail, _ := strings.Cut(rest, "/")
+	if ok && !strings.Contains(rest, "/") && !strings.Contains(rest, ":") {
+		if obj := f.objs[pod]; obj != nil {
+			return jsonResponse(200, obj), nil
+		}
+		return jsonResponse(404, &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+			Code: 404, Reason: metav1.StatusReasonNotFound, Message: `pods "` + pod + `" not found`, Details: &metav1.StatusDetails{Name: pod, Kind: "pods"}}), nil
+	}
 	pod, port, _ := strings.Cut(pod, ":")
 	h := f.pods[pod]
 	if !ok || tail != "proxy/metrics" || port != "9090" || h == nil {
@@ -138,6 +148,14 @@ func (f *fakeAPI) RoundTrip(req *http.Request) (*http.Response, error) {
 	case <-req.Context().Done():
 		return nil, req.Context().Err()
 	}
+}
+
+func jsonResponse(code int, obj any) *http.Response {
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "application/json")
+	rec.WriteHeader(code)
+	json.NewEncoder(rec).Encode(obj)
+	return rec.Result()
 }
 
 // status answers like the API server does when it refuses: a metav1.Status body.
@@ -197,6 +215,13 @@ func TestScrapeRowsThroughPodProxy(t *testing.T) {
 			w.WriteHeader(404)
 			io.WriteString(w, "404 page not found\n")
 		}),
+	}, objs: map[string]*corev1.Pod{
+		"writer-2": {TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "writer-2"},
+			Spec: corev1.PodSpec{NodeName: "n1"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.5",
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}},
+		"writer-5": {TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "writer-5"},
+			Status: corev1.PodStatus{Phase: corev1.PodPending}},
 	}}
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: "https://apiserver.test", Transport: api})
 	if err != nil {
@@ -224,11 +249,11 @@ func TestScrapeRowsThroughPodProxy(t *testing.T) {
 	}{
 		{ptr.To(true), ptr.To[int64](1), ""},
 		{nil, nil, "pod writer-1 not found in namespace noetl"},
-		{nil, nil, "answered 503: error trying to reach service: dial tcp 10.0.0.5:9090: connect: connection refused"},
+		{nil, nil, "answered 503: error trying to reach service: dial tcp 10.0.0.5:9090: connect: connection refused (pod is Running, IP 10.0.0.5, Ready)"},
 		{nil, nil, `forbidden: the scrape needs get on pods/proxy in namespace noetl`},
 		{nil, nil, "no ehdb_election_token_valid or ehdb_election_epoch on :9090/metrics"},
-		{nil, nil, "no answer from pod writer-5 within 200ms"},
-		{nil, nil, "answered 404"},
+		{nil, nil, "no answer from pod writer-5 within 200ms (pod is Pending, not scheduled, no IP yet)"},
+		{nil, nil, "answered 404: the server could not find the requested resource (get pods writer-6:9090)"},
 		{nil, nil, "cannot reach the API server"},
 		{nil, nil, "released: no holder to scrape"},
 		{nil, nil, `holder identity "Not_A_Pod#h" does not name a pod`},
@@ -246,20 +271,32 @@ func TestScrapeRowsThroughPodProxy(t *testing.T) {
 			t.Errorf("row %d: err %q, want one containing %q", i, s.Err, w.err)
 		}
 	}
-	if strings.Contains(rows[6].Scrape.Err, "not found in namespace") {
+	if strings.Contains(rows[6].Scrape.Err, "not found in namespace") || strings.Contains(rows[6].Scrape.Err, "(pod is") {
 		t.Errorf("a 404 from the pod's own server was reported as a missing pod: %q", rows[6].Scrape.Err)
 	}
 
-	// Released rows and non-pod identities cost no request; every request asked for the text format.
+	// Released rows and non-pod identities cost no request; every scrape asked for the text format;
+	// the pod is looked up only to explain a failure it may explain (not a denial, not a missing pod).
 	api.mu.Lock()
 	defer api.mu.Unlock()
-	if len(api.requests) != 8 {
-		t.Errorf("%d requests, want 8 (one per scrapable pod)", len(api.requests))
-	}
+	var proxied int
+	var described []string
 	for _, r := range api.requests {
-		if r.Method != http.MethodGet || !strings.HasPrefix(r.Header.Get("Accept"), "text/plain") {
-			t.Errorf("request %s %s Accept=%q", r.Method, r.URL.Path, r.Header.Get("Accept"))
+		if r.Method != http.MethodGet {
+			t.Errorf("request %s %s", r.Method, r.URL.Path)
 		}
+		if strings.HasSuffix(r.URL.Path, ":9090/proxy/metrics") {
+			proxied++
+			if !strings.HasPrefix(r.Header.Get("Accept"), "text/plain") {
+				t.Errorf("request %s Accept=%q", r.URL.Path, r.Header.Get("Accept"))
+			}
+		} else {
+			described = append(described, strings.TrimPrefix(r.URL.Path, "/api/v1/namespaces/noetl/pods/"))
+		}
+	}
+	sort.Strings(described)
+	if proxied != 8 || strings.Join(described, ",") != "writer-2,writer-5,writer-6" {
+		t.Errorf("%d scrapes (want 8), pods looked up %v (want writer-2, writer-5, writer-6)", proxied, described)
 	}
 }
 

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"k8s.io/client-go/rest"
+)
+
+func TestFlagsMatchTheContract(t *testing.T) {
+	o, err := parseFlags(nil, func(k string) string { return map[string]string{"POD_NAMESPACE": "ehdb-system"}[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := options{namespace: "ehdb-system", webhookPort: 9443, certDir: "/certs", certRotation: true,
+		certSecretName: "ehdb-election-webhook-tls", serviceName: "ehdb-election-webhook", webhookConfigName: "ehdb-election",
+		metricsAddr: ":8080", probeAddr: ":8081", requireLiveLease: true, logLevel: "info", shutdownTimeout: 30 * time.Second}
+	if o.kubeconfig != "" || o.webhookHost != "" || o.namespace != want.namespace || o.webhookPort != want.webhookPort ||
+		o.certDir != want.certDir || o.certRotation != want.certRotation || o.certSecretName != want.certSecretName ||
+		o.serviceName != want.serviceName || o.webhookConfigName != want.webhookConfigName || o.metricsAddr != want.metricsAddr ||
+		o.probeAddr != want.probeAddr || o.requireLiveLease != want.requireLiveLease || o.logLevel != want.logLevel {
+		t.Fatalf("defaults %+v, want %+v", o, want)
+	}
+	o, err = parseFlags([]string{"--kubeconfig=/k", "--namespace=n", "--webhook-port=10250", "--webhook-host=127.0.0.1",
+		"--cert-dir=/c", "--cert-rotation=false", "--cert-secret-name=s", "--service-name=svc", "--webhook-config-name=w",
+		"--metrics-bind-address=:1", "--health-probe-bind-address=:2", "--require-live-lease=false", "--log-level=debug"},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.kubeconfig != "/k" || o.namespace != "n" || o.webhookPort != 10250 || o.webhookHost != "127.0.0.1" || o.certDir != "/c" ||
+		o.certRotation || o.certSecretName != "s" || o.serviceName != "svc" || o.webhookConfigName != "w" || o.metricsAddr != ":1" ||
+		o.probeAddr != ":2" || o.requireLiveLease || o.logLevel != "debug" {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, bad := range [][]string{
+		{"--cert-rotation=true"}, // no namespace
+		{"--namespace=n", "--log-level=loud"},
+		{"--namespace=n", "--webhook-port=0"},
+		{"--namespace=n", "extra"},
+		{"--no-such-flag"},
+	} {
+		if _, err := parseFlags(bad, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestRestrictToNamesSelectsListAndWatchOnly(t *testing.T) {
+	var got []*url.URL
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.URL)
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	defer srv.Close()
+	cfg := restrictToNames(&rest.Config{Host: srv.URL}, map[string]string{"/api/v1/namespaces/n/secrets": "tls"})
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{
+		"/api/v1/namespaces/n/secrets?watch=true&resourceVersion=1",
+		"/api/v1/namespaces/n/secrets?fieldSelector=type%3DOpaque",
+		"/api/v1/namespaces/n/secrets/tls",
+		"/api/v1/namespaces/other/secrets",
+	} {
+		resp, err := client.Get(srv.URL + u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	want := []string{"metadata.name=tls", "type=Opaque,metadata.name=tls", "", ""}
+	for i, u := range got {
+		if s := u.Query().Get("fieldSelector"); s != want[i] {
+			t.Errorf("%s: fieldSelector %q, want %q", u, s, want[i])
+		}
+	}
+	if got[0].Query().Get("watch") != "true" {
+		t.Errorf("other parameters lost: %s", got[0])
+	}
+}
+
+func TestCertificatesLoadLateAndReload(t *testing.T) {
+	dir := t.TempDir()
+	l := newCertLoader(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), testr.New(t))
+	l.poll = 50 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("loader: %v", err)
+		}
+	}()
+	if _, err := l.GetCertificate(nil); err == nil {
+		t.Fatal("a certificate before any file exists")
+	}
+	served := func() []byte {
+		c, err := l.GetCertificate(&tls.ClientHelloInfo{})
+		if err != nil {
+			return nil
+		}
+		return c.Certificate[0]
+	}
+	servingCert(t, dir)
+	first := leaf(t, filepath.Join(dir, "tls.crt"))
+	eventually(t, 10*time.Second, "the first certificate", func() error {
+		if !bytes.Equal(served(), first) {
+			return errNotYet
+		}
+		return nil
+	})
+	servingCert(t, dir) // a rotation: new CA, new key pair, swapped in place
+	second := leaf(t, filepath.Join(dir, "tls.crt"))
+	eventually(t, 30*time.Second, "the rotated certificate", func() error {
+		if !bytes.Equal(served(), second) {
+			return errNotYet
+		}
+		return nil
+	})
+}
+
+func leaf(t *testing.T, path string) []byte {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(path, filepath.Join(filepath.Dir(path), "tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x509.ParseCertificate(pair.Certificate[0]); err != nil {
+		t.Fatal(err)
+	}
+	return pair.Certificate[0]
+}

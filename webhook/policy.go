@@ -93,6 +93,9 @@ type Decision struct {
 	Warnings []string
 	// Subject names the object for messages, e.g. "StatefulSet noetl/noetl-cmdbus-writer".
 	Subject string
+	// Unknowable names the containers that count as armed only because their fencing value
+	// cannot be known (a Secret, a missing ConfigMap): the denial tells them how to opt out.
+	Unknowable []string
 }
 
 // Message is the denial text the client sees: every unmet requirement with its fix.
@@ -111,6 +114,10 @@ func (d Decision) Message() string {
 			fmt.Fprintf(&b, " Fix: %s", u.Fix)
 		}
 	}
+	if len(d.Unknowable) > 0 {
+		fmt.Fprintf(&b, "\nNote: %s count(s) as armed only because %s cannot be known; if it is not an ehdb writer meant to enforce, set %s explicitly in its env (for example to off): env overrides envFrom.",
+			strings.Join(d.Unknowable, ", "), EnvFencing, EnvFencing)
+	}
 	return b.String()
 }
 
@@ -124,6 +131,8 @@ type containerView struct {
 	why string
 	// pending lists ConfigMaps needed before armed can be decided.
 	pending []string
+	// unknowable is true when armed only because the value cannot be known.
+	unknowable bool
 }
 
 func (v *containerView) label() string {
@@ -157,7 +166,7 @@ func view(w *Workload, cms ConfigMapSource) []containerView {
 			case len(v.Unknown.Pending) > 0:
 				cv.pending = v.Unknown.Pending
 			default:
-				cv.armed = true
+				cv.armed, cv.unknowable = true, true
 				cv.why = EnvFencing + " cannot be known (" + v.Unknown.String() + "), so it counts as enforce"
 			}
 		}
@@ -401,6 +410,9 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		if views[i].armed {
 			armed = append(armed, &views[i])
 			d.Armed = append(d.Armed, views[i].label()+": "+views[i].why)
+			if views[i].unknowable {
+				d.Unknowable = append(d.Unknowable, views[i].label())
+			}
 		}
 	}
 	if len(armed) == 0 {

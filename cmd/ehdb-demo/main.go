@@ -25,6 +25,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/internal/chartinstall"
@@ -313,21 +315,25 @@ func writerStatefulSet(sa string, env map[string]string) *appsv1.StatefulSet {
 	}
 }
 
-func setFencing(ctx context.Context, sts interface {
-	Get(context.Context, string, metav1.GetOptions) (*appsv1.StatefulSet, error)
-	Update(context.Context, *appsv1.StatefulSet, metav1.UpdateOptions) (*appsv1.StatefulSet, error)
-}, value string) (*appsv1.StatefulSet, error) {
-	cur, err := sts.Get(ctx, stsName, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	env := cur.Spec.Template.Spec.Containers[0].Env
-	for i := range env {
-		if env[i].Name == "NOETL_EHDB_FENCING" {
-			env[i].Value = value
+// setFencing sets NOETL_EHDB_FENCING on the writer, retrying only on a write conflict (the
+// StatefulSet controller updates the object's status meanwhile).
+func setFencing(ctx context.Context, sts appsv1client.StatefulSetInterface, value string) (*appsv1.StatefulSet, error) {
+	var out *appsv1.StatefulSet
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := sts.Get(ctx, stsName, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	return sts.Update(ctx, cur, metav1.UpdateOptions{})
+		env := cur.Spec.Template.Spec.Containers[0].Env
+		for i := range env {
+			if env[i].Name == "NOETL_EHDB_FENCING" {
+				env[i].Value = value
+			}
+		}
+		out, err = sts.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	return out, err
 }
 
 func indent(s string) string {

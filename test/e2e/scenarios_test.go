@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 )
 
 const shard0, shard1 = "noetl-cmdbus-writer-0", "noetl-cmdbus-writer-1"
@@ -39,28 +40,34 @@ func wantDenied(t *testing.T, step string, err error, fragments ...string) {
 	t.Logf("%s: refused as expected:\n  %v", step, err)
 }
 
-// setEnforce arms (or disarms) the writer StatefulSet, as an operator's `kubectl set env` would.
+// setEnv sets one variable of the writer container, as an operator's `kubectl set env` would,
+// retrying only on a write conflict (the controller updates the object's status meanwhile).
 func setEnv(ctx context.Context, s *system, key, value string, dryRun bool) (*appsv1.StatefulSet, error) {
 	sts := s.c.Clientset().AppsV1().StatefulSets(s.ns)
-	cur, err := sts.Get(ctx, "noetl-cmdbus-writer", metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	c := &cur.Spec.Template.Spec.Containers[0]
-	found := false
-	for i := range c.Env {
-		if c.Env[i].Name == key {
-			c.Env[i].Value, found = value, true
+	var out *appsv1.StatefulSet
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := sts.Get(ctx, "noetl-cmdbus-writer", metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	if !found {
-		c.Env = append(c.Env, corev1EnvVar(key, value))
-	}
-	opts := metav1.UpdateOptions{}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	return sts.Update(ctx, cur, opts)
+		c := &cur.Spec.Template.Spec.Containers[0]
+		found := false
+		for i := range c.Env {
+			if c.Env[i].Name == key {
+				c.Env[i].Value, found = value, true
+			}
+		}
+		if !found {
+			c.Env = append(c.Env, corev1EnvVar(key, value))
+		}
+		opts := metav1.UpdateOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		out, err = sts.Update(ctx, cur, opts)
+		return err
+	})
+	return out, err
 }
 
 // Scenario 1: the non-negotiable order, as an operator lives it.

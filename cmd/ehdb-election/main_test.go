@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -266,6 +268,50 @@ func TestStatusPermissions(t *testing.T) {
 	t.Logf("denied:\n%s\nafter the grant:\n%s", errOut0, out)
 	if !strings.Contains(out, "live") || !strings.Contains(out, "forbidden: the scrape needs get on pods/proxy in namespace "+ns) {
 		t.Errorf("table with a forbidden scrape:\n%s\nstderr:\n%s", out, errOut)
+	}
+}
+
+// The documented plugin install works: the binary named kubectl-ehdb_election on the PATH is what
+// `kubectl ehdb-election status` runs, with the arguments passed through.
+func TestKubectlPlugin(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("no kubectl on PATH")
+	}
+	c := testcluster.ForTest(t)
+	ns := c.NewNamespace(t)
+	createLeases(t, c.Clientset(), ns)
+
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "kubectl-ehdb_election"), ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(kubectl, "ehdb-election", "status", "-n", ns, "-o", "json")
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+c.Kubeconfig)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl ehdb-election status: %v\n%s", err, stderr.String())
+	}
+	var doc struct {
+		Namespace string `json:"namespace"`
+		Leases    []struct {
+			State string `json:"state"`
+		} `json:"leases"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil || doc.Namespace != ns || len(doc.Leases) != 3 || doc.Leases[0].State != "live" {
+		t.Fatalf("%v\n%s", err, out)
+	}
+
+	// The exit code comes through kubectl too, and usage names the plugin as the user typed it.
+	cmd = exec.Command(kubectl, "ehdb-election", "status", "--frobnicate")
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err = cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != status.ExitUsage || !strings.Contains(string(out), "See 'kubectl ehdb-election status --help'.") {
+		t.Errorf("unknown flag through kubectl: %v\n%s", err, out)
 	}
 }
 

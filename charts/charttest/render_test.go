@@ -273,6 +273,9 @@ func TestSchemaRefuses(t *testing.T) {
 		{"alert duration", map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"alerts": map[string]any{
 			"forbidden": map[string]any{"enabled": true, "for": "five minutes", "severity": "warning"}}}}}, "/metrics/prometheusRule/alerts/forbidden/for"},
 		{"port out of range", wh("ports", map[string]any{"webhook": 70000}), "/webhook/ports/webhook"},
+		{"webhook SA default", wh("serviceAccount", map[string]any{"name": "default"}), "/webhook/serviceAccount/name"},
+		{"existing webhook SA without a name", wh("serviceAccount", map[string]any{"create": false}), "/webhook/serviceAccount"},
+		{"prometheus duration out of order", map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"interval": "30s1m"}}}, "/metrics/serviceMonitor/interval"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -288,6 +291,7 @@ func TestSchemaRefuses(t *testing.T) {
 
 	// Positive controls: the bounds themselves are accepted.
 	for _, v := range []map[string]any{wh("timeoutSeconds", 1), wh("timeoutSeconds", 30), sa("default-writer"),
+		wh("serviceAccount", map[string]any{"create": false, "name": "ehdb-guard"}),
 		map[string]any{"leaseGuard": map[string]any{"validationActions": []any{"Warn", "Audit"}}}} {
 		if _, err := Render(Name, testNS, v); err != nil {
 			t.Errorf("valid values %v refused: %v", v, err)
@@ -295,18 +299,30 @@ func TestSchemaRefuses(t *testing.T) {
 	}
 }
 
-// TestTemplateRefusesDefaultSAWithoutSchema: the template checks the writer SA name too, so an
-// install with --skip-schema-validation still cannot bind the Role to `default`.
+// TestTemplateRefusesDefaultSAWithoutSchema: the templates check the ServiceAccount names too, so an
+// install with --skip-schema-validation still cannot bind a Role to `default`.
 func TestTemplateRefusesDefaultSAWithoutSchema(t *testing.T) {
 	ch, err := Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ch.Schema = nil
-	for _, name := range []string{"default", ""} {
-		_, err := RenderChart(ch, Name, testNS, map[string]any{"writer": map[string]any{"serviceAccount": map[string]any{"name": name}}})
-		if err == nil || !strings.Contains(err.Error(), "dedicated ServiceAccount") {
-			t.Errorf("name %q without the schema: err = %v, want the template's refusal", name, err)
+	sa := func(part string, v map[string]any) map[string]any {
+		return map[string]any{part: map[string]any{"serviceAccount": v}}
+	}
+	for _, tc := range []struct {
+		values map[string]any
+		want   string
+	}{
+		{sa("writer", map[string]any{"name": "default"}), "dedicated ServiceAccount"},
+		{sa("writer", map[string]any{"name": ""}), "dedicated ServiceAccount"},
+		{sa("webhook", map[string]any{"name": "default"}), "must not be \"default\""},
+		{sa("webhook", map[string]any{"create": false, "name": "default"}), "must not be \"default\""},
+		{sa("webhook", map[string]any{"create": false}), "needs webhook.serviceAccount.name"},
+	} {
+		_, err := RenderChart(ch, Name, testNS, tc.values)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v without the schema: err = %v, want the template's refusal %q", tc.values, err, tc.want)
 		}
 	}
 }
@@ -682,7 +698,7 @@ func TestPrometheusRule(t *testing.T) {
 	want := map[string]string{
 		"EhdbElectionTokenNotValid":  `ehdb_election_token_valid{` + sel + `} == 0 and ehdb_election_active{` + sel + `} == 1`,
 		"EhdbElectionForbidden":      `rate(ehdb_election_errors_total{reason="forbidden", ` + sel + ` }[5m]) > 0`,
-		"EhdbElectionWebhookDenials": `sum by (namespace, kind, reason) (increase(ehdb_webhook_decisions_total{result="denied"}[10m])) > 0`,
+		"EhdbElectionWebhookDenials": `sum by (kind, reason) (increase(ehdb_webhook_decisions_total{result="denied"}[10m])) > 0`,
 	}
 	if !reflect.DeepEqual(exprs, want) {
 		t.Errorf("alerts:\n got %v\nwant %v", exprs, want)

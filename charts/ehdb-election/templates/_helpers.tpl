@@ -89,10 +89,16 @@ its RBAC names the Secret and the configuration with resourceNames, so all three
 {{- end }}
 
 {{- define "ehdb-election.webhook.serviceAccountName" -}}
+{{- $name := .Values.webhook.serviceAccount.name | default "" }}
+{{- if eq $name "default" }}
+{{- fail "webhook.serviceAccount.name must not be \"default\": the webhook's ClusterRole would go to every pod of the namespace that names no account" }}
+{{- end }}
 {{- if .Values.webhook.serviceAccount.create }}
-{{- default (include "ehdb-election.webhook.fullname" .) .Values.webhook.serviceAccount.name }}
+{{- default (include "ehdb-election.webhook.fullname" .) $name }}
+{{- else if $name }}
+{{- $name }}
 {{- else }}
-{{- default "default" .Values.webhook.serviceAccount.name }}
+{{- fail "webhook.serviceAccount.create=false needs webhook.serviceAccount.name (an existing, dedicated account)" }}
 {{- end }}
 {{- end }}
 

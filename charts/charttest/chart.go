@@ -1,18 +1,15 @@
-// Package charttest renders, installs, upgrades and uninstalls the ehdb-election chart through the
-// Helm SDK (helm.sh/helm/v3), the way `helm template`, `helm install`, `helm upgrade` and
-// `helm uninstall` do, with no helm binary. The chart's own tests use it, and so can end-to-end tests
-// that need the chart in a cluster.
+// Package charttest renders and lints the ehdb-election chart through the Helm SDK
+// (helm.sh/helm/v3) exactly as `helm template` and `helm lint --strict` do, with no helm binary, and
+// holds the chart's tests: rendered-object assertions, and installs, upgrades and uninstalls
+// against a real API server (internal/testcluster).
 package charttest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
@@ -22,7 +19,8 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/noetl/ehdb-election/internal/chartinstall"
 )
 
 // Name is the chart's name, and the release name that gives the names the webhook's flags default to.
@@ -33,21 +31,15 @@ const Name = "ehdb-election"
 // gets its default from the client-go it was built with.)
 var KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
 
-// Dir returns the absolute path of the chart (charts/ehdb-election), found from this source file so
-// that it works from any package's tests.
-func Dir() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		panic("charttest: runtime.Caller failed") // only without debug info, which `go test` never strips
-	}
-	return filepath.Join(filepath.Dir(file), "..", Name)
-}
-
-// Load loads the chart from Dir.
+// Load loads the chart from charts/ehdb-election in this repository.
 func Load() (*chart.Chart, error) {
-	ch, err := loader.Load(Dir())
+	dir, err := chartinstall.ChartDir()
 	if err != nil {
-		return nil, fmt.Errorf("loading chart %s: %w", Dir(), err)
+		return nil, err
+	}
+	ch, err := loader.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("loading chart %s: %w", dir, err)
 	}
 	return ch, nil
 }
@@ -181,87 +173,19 @@ func deepCopy(v map[string]any) map[string]any {
 	return out
 }
 
-// Client runs Helm actions against the cluster of a kubeconfig, in one namespace, storing releases
-// as Secrets (Helm's default driver).
-type Client struct {
-	namespace string
-	cfg       *action.Configuration
-	// Timeout bounds hooks (the pre-delete hook waits for the webhook configuration to be deleted).
-	Timeout time.Duration
-}
-
-// NewClient returns a Client for the namespace. cacheDir holds discovery caches (use a temporary
-// folder in tests, never the user's ~/.kube). logf receives Helm's debug log; nil discards it.
-func NewClient(kubeconfig, namespace, cacheDir string, logf func(format string, args ...any)) (*Client, error) {
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
-	flags := genericclioptions.NewConfigFlags(true)
-	flags.KubeConfig = &kubeconfig
-	flags.Namespace = &namespace
-	flags.CacheDir = &cacheDir
-	cfg := new(action.Configuration)
-	if err := cfg.Init(flags, namespace, "secret", logf); err != nil {
-		return nil, fmt.Errorf("initialising helm for namespace %s: %w", namespace, err)
-	}
-	return &Client{namespace: namespace, cfg: cfg, Timeout: 2 * time.Minute}, nil
-}
-
-// Install installs the chart as release name. It does not wait for readiness (a local control plane
-// has no kubelet; the webhook's Pods stay Pending).
-func (c *Client) Install(ctx context.Context, name string, values map[string]any) (*Rendered, error) {
-	ch, err := Load()
-	if err != nil {
-		return nil, err
-	}
-	inst := action.NewInstall(c.cfg)
-	inst.ReleaseName = name
-	inst.Namespace = c.namespace
-	inst.Timeout = c.Timeout
-	rel, err := inst.RunWithContext(ctx, ch, copyValues(values))
-	if err != nil {
-		return nil, fmt.Errorf("helm install %s in %s: %w", name, c.namespace, err)
-	}
-	return fromRelease(rel)
-}
-
-// Upgrade upgrades release name to the chart with values (not reusing the previous values, as
-// `helm upgrade` without --reuse-values).
-func (c *Client) Upgrade(ctx context.Context, name string, values map[string]any) (*Rendered, error) {
-	ch, err := Load()
-	if err != nil {
-		return nil, err
-	}
-	up := action.NewUpgrade(c.cfg)
-	up.Namespace = c.namespace
-	up.Timeout = c.Timeout
-	rel, err := up.RunWithContext(ctx, name, ch, copyValues(values))
-	if err != nil {
-		return nil, fmt.Errorf("helm upgrade %s in %s: %w", name, c.namespace, err)
-	}
-	return fromRelease(rel)
-}
-
-// Uninstall uninstalls release name; disableHooks is `helm uninstall --no-hooks`.
-func (c *Client) Uninstall(name string, disableHooks bool) error {
-	un := action.NewUninstall(c.cfg)
-	un.DisableHooks = disableHooks
-	un.Timeout = c.Timeout
-	if _, err := un.Run(name); err != nil {
-		return fmt.Errorf("helm uninstall %s in %s: %w", name, c.namespace, err)
-	}
-	return nil
-}
-
 // Lint runs Helm's linter over the chart with values, in strict mode (`helm lint --strict`: warnings
-// are failures), against Helm's default capabilities. It returns every message at warning level or
-// above; an empty result is a clean lint.
-func Lint(namespace string, values map[string]any) []string {
+// are failures), for KubeVersion. It returns every message at warning level or above; an empty
+// result is a clean lint.
+func Lint(namespace string, values map[string]any) ([]string, error) {
+	dir, err := chartinstall.ChartDir()
+	if err != nil {
+		return nil, err
+	}
 	l := action.NewLint()
 	l.Strict = true
 	l.Namespace = namespace
 	l.KubeVersion = KubeVersion
-	res := l.Run([]string{Dir()}, copyValues(values))
+	res := l.Run([]string{dir}, copyValues(values))
 	var msgs []string
 	for _, m := range res.Messages {
 		if m.Severity >= 2 { // support.WarningSev; INFO (e.g. "icon is recommended") is not a failure
@@ -271,7 +195,7 @@ func Lint(namespace string, values map[string]any) []string {
 	for _, err := range res.Errors {
 		msgs = append(msgs, err.Error())
 	}
-	return msgs
+	return msgs, nil
 }
 
 // UninstallOrder lists a manifest's objects ("Kind/name") in the order `helm uninstall` deletes them
@@ -290,7 +214,11 @@ func UninstallOrder(manifest string) ([]string, error) {
 
 // ValuesFile reads a values file of the chart (e.g. "ci/full-values.yaml") into a map.
 func ValuesFile(rel string) (map[string]any, error) {
-	v, err := chartutil.ReadValuesFile(filepath.Join(Dir(), rel))
+	dir, err := chartinstall.ChartDir()
+	if err != nil {
+		return nil, err
+	}
+	v, err := chartutil.ReadValuesFile(filepath.Join(dir, rel))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", rel, err)
 	}
@@ -299,7 +227,11 @@ func ValuesFile(rel string) (map[string]any, error) {
 
 // CIValuesFiles lists the chart's ci/*-values.yaml scenarios (paths relative to the chart).
 func CIValuesFiles() ([]string, error) {
-	m, err := filepath.Glob(filepath.Join(Dir(), "ci", "*-values.yaml"))
+	dir, err := chartinstall.ChartDir()
+	if err != nil {
+		return nil, err
+	}
+	m, err := filepath.Glob(filepath.Join(dir, "ci", "*-values.yaml"))
 	if err != nil {
 		return nil, err
 	}

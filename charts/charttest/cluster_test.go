@@ -38,7 +38,7 @@ type testRelease struct {
 	cs   kubernetes.Interface
 	ns   string
 	name string
-	helm *Client
+	helm *helmClient
 	// rendered is what the last install or upgrade applied.
 	rendered *Rendered
 }
@@ -52,7 +52,7 @@ func newRelease(t *testing.T, nsLabels map[string]string) *testRelease {
 	if len(nsLabels) > 0 {
 		labelNamespace(t, c.Clientset(), ns, nsLabels)
 	}
-	h, err := NewClient(c.Kubeconfig, ns, t.TempDir(), func(format string, args ...any) {
+	h, err := newHelmClient(c.Kubeconfig, ns, t.TempDir(), func(format string, args ...any) {
 		if testing.Verbose() {
 			t.Logf("helm: "+format, args...)
 		}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	"github.com/noetl/ehdb-election/internal/chartinstall"
 )
 
 const testNS = "noetl"
@@ -78,7 +80,11 @@ func TestLintAndRenderEveryScenario(t *testing.T) {
 		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 	for name, values := range scenarios(t) {
 		t.Run(name, func(t *testing.T) {
-			if msgs := Lint(testNS, values); len(msgs) > 0 {
+			msgs, err := Lint(testNS, values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msgs) > 0 {
 				t.Fatalf("helm lint --strict:\n%s", strings.Join(msgs, "\n"))
 			}
 			r := mustRender(t, values)
@@ -733,7 +739,11 @@ func TestNotesGiveTheStepsInTheDesignsOrder(t *testing.T) {
 
 // TestReadmeDocumentsEveryValue: the README's values table names every key of values.yaml.
 func TestReadmeDocumentsEveryValue(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(Dir(), "values.yaml"))
+	dir, err := chartinstall.ChartDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,7 +751,7 @@ func TestReadmeDocumentsEveryValue(t *testing.T) {
 	if err := yaml.Unmarshal(data, &values); err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(Dir(), "README.md"))
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

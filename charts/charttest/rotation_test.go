@@ -17,6 +17,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/noetl/ehdb-election/internal/repo"
 )
 
 // TestTheWebhookRotatesItsTLSWithTheChartsRBAC runs the real webhook binary (cmd/webhook) on the
@@ -141,9 +143,13 @@ func TestTheWebhookRotatesItsTLSWithTheChartsRBAC(t *testing.T) {
 // buildWebhook compiles cmd/webhook into the test's folder (the build cache makes repeats fast).
 func buildWebhook(t *testing.T) string {
 	t.Helper()
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(t.TempDir(), "ehdb-webhook")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/webhook")
-	cmd.Dir = filepath.Join(Dir(), "..", "..")
+	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building cmd/webhook: %v\n%s", err, out)

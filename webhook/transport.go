@@ -7,8 +7,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // maxReviewBytes is controller-runtime's limit: two objects of at most 3 MiB and the rest.
@@ -72,5 +70,3 @@ func checkEnvelope(body []byte) error {
 	}
 	return nil
 }
-
-var _ admission.Handler = (*Handler)(nil)

@@ -26,10 +26,14 @@ import (
 // Name is the chart's name, and the release name that gives the names the webhook's flags default to.
 const Name = "ehdb-election"
 
-// KubeVersion is the Kubernetes version rendering and linting assume, the project's pinned minor.
+// KubeVersion is the Kubernetes version rendering and linting assume, the project's pinned one.
 // (Without it the SDK assumes v1.20, which the chart's kubeVersion constraint refuses: a helm binary
 // gets its default from the client-go it was built with.)
-var KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+const KubeVersion = "v1.37.2"
+
+func kubeVersion() *chartutil.KubeVersion {
+	return &chartutil.KubeVersion{Version: KubeVersion, Major: "1", Minor: "37"}
+}
 
 // Load loads the chart from charts/ehdb-election in this repository.
 func Load() (*chart.Chart, error) {
@@ -96,7 +100,7 @@ func RenderChart(ch *chart.Chart, releaseName, namespace string, values map[stri
 	inst.Replace = true
 	inst.ReleaseName = releaseName
 	inst.Namespace = namespace
-	inst.KubeVersion = KubeVersion
+	inst.KubeVersion = kubeVersion()
 	rel, err := inst.Run(ch, copyValues(values))
 	if err != nil {
 		return nil, fmt.Errorf("rendering %s for release %s in %s: %w", ch.Name(), releaseName, namespace, err)
@@ -184,7 +188,7 @@ func Lint(namespace string, values map[string]any) ([]string, error) {
 	l := action.NewLint()
 	l.Strict = true
 	l.Namespace = namespace
-	l.KubeVersion = KubeVersion
+	l.KubeVersion = kubeVersion()
 	res := l.Run([]string{dir}, copyValues(values))
 	var msgs []string
 	for _, m := range res.Messages {

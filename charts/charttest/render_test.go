@@ -703,7 +703,7 @@ func TestPrometheusRule(t *testing.T) {
 	sel := `namespace="noetl",job="noetl-cmdbus-writer"`
 	want := map[string]string{
 		"EhdbElectionTokenNotValid":  `ehdb_election_token_valid{` + sel + `} == 0 and ehdb_election_active{` + sel + `} == 1`,
-		"EhdbElectionForbidden":      `rate(ehdb_election_errors_total{reason="forbidden", ` + sel + ` }[5m]) > 0`,
+		"EhdbElectionForbidden":      `rate(ehdb_election_errors_total{reason="forbidden",` + sel + `}[5m]) > 0`,
 		"EhdbElectionWebhookDenials": `sum by (kind, reason) (increase(ehdb_webhook_decisions_total{result="denied"}[10m])) > 0`,
 	}
 	if !reflect.DeepEqual(exprs, want) {

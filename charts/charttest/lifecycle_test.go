@@ -3,14 +3,9 @@ package charttest
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"reflect"
 	"slices"
 	"testing"
@@ -18,46 +13,23 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 )
 
-// issue makes a CA and a serving certificate for host, PEM-encoded, as the rotator would.
-func issue(t *testing.T, host string) (caCert, caKey, cert, key []byte) {
+// issue makes a serving certificate for host signed by a fresh CA, as the rotator would: the
+// certificate (followed by the CA), its key, and the CA alone for the caBundle.
+func issue(t *testing.T, host string) (cert, key, ca []byte) {
 	t.Helper()
-	newKey := func() (*ecdsa.PrivateKey, []byte) {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		der, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-	}
-	now := time.Now()
-	caK, caKeyPEM := newKey()
-	caTpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ehdb-election-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTpl, caTpl, &caK.PublicKey, caK)
+	cert, key, err := certutil.GenerateSelfSignedCertKey(host, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
+	_, rest := pem.Decode(cert)
+	if ca = bytes.TrimSpace(rest); len(ca) == 0 {
+		t.Fatal("no CA after the serving certificate")
 	}
-	k, keyPEM := newKey()
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &k.PublicKey, caK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), caKeyPEM,
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM
+	return cert, key, ca
 }
 
 // TestUpgradeKeepsTheRotatorsTLS: the rotator writes the Secret's data and the caBundle after the
@@ -73,7 +45,7 @@ func TestUpgradeKeepsTheRotatorsTLS(t *testing.T) {
 	host := r.name + "-webhook." + r.ns + ".svc"
 
 	// What the rotator does after start-up.
-	caCert, caKey, cert, key := issue(t, host)
+	cert, key, caCert := issue(t, host)
 	s, err := secrets.Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +53,7 @@ func TestUpgradeKeepsTheRotatorsTLS(t *testing.T) {
 	if len(s.Data) != 0 {
 		t.Fatalf("the chart installed a non-empty TLS Secret: %v", s.Data)
 	}
-	s.Data = map[string][]byte{"ca.crt": caCert, "ca.key": caKey, "tls.crt": cert, "tls.key": key}
+	s.Data = map[string][]byte{"ca.crt": caCert, "tls.crt": cert, "tls.key": key}
 	if _, err := secrets.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/noetl/ehdb-election/internal/harness"
 	"github.com/noetl/ehdb-election/internal/repo"
 )
 
@@ -39,7 +38,14 @@ func TestTheWebhookRotatesItsTLSWithTheChartsRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	certDir := t.TempDir()
-	ports := freePorts(t, 3)
+	var ports [3]int
+	for i := range ports {
+		p, err := harness.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = p
+	}
 	var args []string
 	for _, a := range typed[appsv1.Deployment](t, r.rendered.Find("Deployment", r.name+"-webhook")).Spec.Template.Spec.Containers[0].Args {
 		switch flag := strings.SplitN(a, "=", 2)[0]; flag {
@@ -103,7 +109,7 @@ func TestTheWebhookRotatesItsTLSWithTheChartsRBAC(t *testing.T) {
 		fail("the rotator did not inject its CA into every webhook entry: %v", err)
 	}
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2])
-	if err := pollErr(60*time.Second, func(context.Context) (bool, error) { return get(readyz) == nil, nil }); err != nil {
+	if err := pollErr(60*time.Second, func(context.Context) (bool, error) { return harness.Probe(readyz) == nil, nil }); err != nil {
 		fail("the webhook never became ready: %v", err)
 	}
 
@@ -127,7 +133,7 @@ func TestTheWebhookRotatesItsTLSWithTheChartsRBAC(t *testing.T) {
 			t.Errorf("helm upgrade removed the caBundle of %s", w.Name)
 		}
 	}
-	if err := get(readyz); err != nil {
+	if err := harness.Probe(readyz); err != nil {
 		t.Errorf("the webhook is not ready after the upgrade: %v", err)
 	}
 
@@ -190,20 +196,6 @@ func startProcess(t *testing.T, bin string, args []string, logPath string) (stop
 	}
 }
 
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
 func pollErr(timeout time.Duration, cond func(ctx context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -225,17 +217,4 @@ func pollErr(timeout time.Duration, cond func(ctx context.Context) (bool, error)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-func get(url string) error {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -32,23 +35,47 @@ type latency struct {
 	N, Errors  int
 	FirstError string
 	P50, P99   time.Duration
+	// Decision is the measured webhook's own mean time to decide, lookups included, from its
+	// histogram (ours only; 0: not known).
+	Decision time.Duration
 }
 
 // admissionResult is the four configurations of the admission benchmark, measured in one run.
 type admissionResult struct {
-	Requests, Concurrency, Warmup int
-	A, B, C, D                    latency
+	Requests, Concurrency, Warmup, Rounds int
+	A, B, C, D                            latency
 }
 
 const noopConfigName = "ehdb-bench-noop"
+
+// registration is the admission webhook configuration the API server has while a configuration is
+// measured: exactly one, or none.
+type registration int
+
+const (
+	regNone registration = iota
+	regNoop
+	regOurs
+)
+
+// admissionConfig is one of the four measured configurations.
+type admissionConfig struct {
+	reg   registration
+	obj   *appsv1.StatefulSet
+	calls func() int64 // calls its webhook has received so far; nil: no webhook
+	out   *latency
+}
 
 // measureAdmission times server-side dry-run creates of the reference writer StatefulSet with (a)
 // no webhook, (b) a no-op controller-runtime webhook, (c) ours on an armed, fully correct object and
 // (d) ours on an unarmed object. Exactly one webhook configuration is registered during (b), (c) and
 // (d), none during (a); everything else (the chart, its webhook process, a live writer) runs in all
-// four, so the only difference is the webhook in the request's path.
+// four, so the only difference is the webhook in the request's path. The requests are sent in
+// rounds that go through all four configurations in turn, so that a change of load on a shared
+// machine during the run weighs on every configuration alike instead of skewing the ratios.
 func (b *bench) measureAdmission(ctx context.Context) (admissionResult, error) {
-	res := admissionResult{Requests: b.opts.requests, Concurrency: b.opts.concurrency, Warmup: b.opts.warmup}
+	o := b.opts
+	res := admissionResult{Requests: o.requests, Concurrency: o.concurrency, Warmup: o.warmup, Rounds: o.rounds}
 	cs, err := unthrottled(b.cluster.Config)
 	if err != nil {
 		return res, err
@@ -71,125 +98,152 @@ func (b *bench) measureAdmission(ctx context.Context) (admissionResult, error) {
 	if _, err := b.waitHolder(ctx, election.LeaseName(0), time.Minute); err != nil {
 		return res, err
 	}
-
-	armed := map[string]string{"NOETL_EHDB_FENCING": "enforce", election.EnvElection: "true"}
-	correct := referenceStatefulSet(writerSA, armed)
-	wrong := referenceStatefulSet("", armed) // the default ServiceAccount: ours must deny it
-	unarmed := referenceStatefulSet(writerSA, map[string]string{election.EnvElection: "true"})
-	if err := dryRun(ctx, cs, correct); err != nil {
-		return res, fmt.Errorf("ours refused the armed, fully correct StatefulSet, so (c) cannot be measured: %w", err)
-	}
-	if err := dryRun(ctx, cs, wrong); err == nil {
-		return res, errors.New("ours admitted an armed StatefulSet with the default ServiceAccount: the webhook is not in the path")
-	}
-
-	vwcs := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	ours, err := vwcs.Get(ctx, wh.Config, metav1.GetOptions{})
-	if err != nil {
-		return res, err
-	}
-	b.step("admission: (a) no webhook")
-	if err := vwcs.Delete(ctx, ours.Name, metav1.DeleteOptions{}); err != nil {
-		return res, err
-	}
-	restored := false
-	restore := func() error {
-		if restored {
-			return nil
-		}
-		restored = true
-		again := ours.DeepCopy()
-		again.ObjectMeta = metav1.ObjectMeta{Name: ours.Name, Labels: ours.Labels, Annotations: ours.Annotations}
-		_, err := vwcs.Create(ctx, again, metav1.CreateOptions{})
-		return err
-	}
-	defer func() { _ = restore() }()
-	// Once the API server has dropped ours, the wrong object passes.
-	if err := waitFor(ctx, func() bool { return dryRun(ctx, cs, wrong) == nil }); err != nil {
-		return res, fmt.Errorf("the API server kept calling the deleted webhook configuration: %w", err)
-	}
-	if res.A, err = b.timeConfiguration(ctx, cs, "(a) no webhook", nil, correct, func() int64 { return -1 }); err != nil {
-		return res, err
-	}
-
-	b.step("admission: (b) a no-op controller-runtime webhook")
 	noop, err := startNoopWebhook(ctx, b.dir)
 	if err != nil {
 		return res, err
 	}
-	if _, err := vwcs.Create(ctx, noopConfiguration(noop), metav1.CreateOptions{}); err != nil {
-		return res, err
-	}
-	removeNoop := func() error {
-		err := vwcs.Delete(ctx, noopConfigName, metav1.DeleteOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
-	}
-	defer func() { _ = removeNoop() }()
-	if err := waitFor(ctx, func() bool {
-		before := noop.calls.Load()
-		return dryRun(ctx, cs, correct) == nil && noop.calls.Load() > before
-	}); err != nil {
-		return res, fmt.Errorf("the API server never called the no-op webhook: %w", err)
-	}
-	if res.B, err = b.timeConfiguration(ctx, cs, "(b) no-op controller-runtime webhook", []string{noopConfigName}, correct, noop.calls.Load); err != nil {
-		return res, err
-	}
-	if err := removeNoop(); err != nil {
-		return res, err
-	}
-	if err := waitFor(ctx, func() bool {
-		before := noop.calls.Load()
-		return dryRun(ctx, cs, correct) == nil && noop.calls.Load() == before
-	}); err != nil {
-		return res, fmt.Errorf("the API server kept calling the deleted no-op webhook: %w", err)
-	}
 
-	b.step("admission: (c) ours, armed and correct; (d) ours, unarmed")
-	if err := restore(); err != nil {
-		return res, fmt.Errorf("restoring %s: %w", ours.Name, err)
+	armed := map[string]string{"NOETL_EHDB_FENCING": "enforce", election.EnvElection: "true"}
+	correct := referenceStatefulSet(writerSA, armed)
+	unarmed := referenceStatefulSet(writerSA, map[string]string{election.EnvElection: "true"})
+	s := &registrar{cs: cs, noop: noop, current: regOurs, wrong: referenceStatefulSet("", armed)}
+	if err := dryRun(ctx, cs, correct); err != nil {
+		return res, fmt.Errorf("ours refused the armed, fully correct StatefulSet, so (c) cannot be measured: %w", err)
 	}
-	if err := waitFor(ctx, func() bool { return dryRun(ctx, cs, wrong) != nil }); err != nil {
-		return res, fmt.Errorf("the API server never called the restored webhook configuration: %w", err)
+	if err := dryRun(ctx, cs, s.wrong); err == nil {
+		return res, errors.New("ours admitted an armed StatefulSet with the default ServiceAccount: the webhook is not in the path")
 	}
+	if s.ours, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, wh.Config, metav1.GetOptions{}); err != nil {
+		return res, err
+	}
+	// Leave the chart's configuration as it was found, however the measurement ends.
+	defer func() { _ = s.register(context.WithoutCancel(ctx), regOurs) }()
+
 	decisions := func() int64 { return statefulSetDecisions(wh.MetricsURL) }
-	if res.C, err = b.timeConfiguration(ctx, cs, "(c) ours, armed and correct", []string{ours.Name}, correct, decisions); err != nil {
-		return res, err
+	res.A, res.B = latency{Label: "(a) no webhook"}, latency{Label: "(b) no-op controller-runtime webhook"}
+	res.C, res.D = latency{Label: "(c) ours, armed and correct"}, latency{Label: "(d) ours, unarmed"}
+	configs := []admissionConfig{
+		{reg: regNone, obj: correct, out: &res.A},
+		{reg: regNoop, obj: correct, calls: noop.calls.Load, out: &res.B},
+		{reg: regOurs, obj: correct, calls: decisions, out: &res.C},
+		{reg: regOurs, obj: unarmed, calls: decisions, out: &res.D},
 	}
-	if res.D, err = b.timeConfiguration(ctx, cs, "(d) ours, unarmed", []string{ours.Name}, unarmed, decisions); err != nil {
-		return res, err
+	samples := make([][]time.Duration, len(configs))
+	var decided time.Duration
+	var decisionsSeen uint64
+	for round := range o.rounds {
+		b.step("admission: round %d of %d", round+1, o.rounds)
+		for i, c := range configs {
+			if err := s.register(ctx, c.reg); err != nil {
+				return res, err
+			}
+			sum0, n0 := decisionTime(wh.MetricsURL)
+			d, err := b.timeBlock(ctx, s, c)
+			if err != nil {
+				return res, err
+			}
+			samples[i] = append(samples[i], d...)
+			if c.out == &res.C {
+				sum1, n1 := decisionTime(wh.MetricsURL)
+				decided += time.Duration((sum1 - sum0) * float64(time.Second))
+				decisionsSeen += n1 - n0
+			}
+		}
+	}
+	for i, c := range configs {
+		sm := summarize(samples[i])
+		c.out.N, c.out.P50, c.out.P99 = sm.N, sm.P50, sm.P99
+	}
+	if decisionsSeen > 0 {
+		res.C.Decision = decided / time.Duration(decisionsSeen)
 	}
 	return res, nil
 }
 
-// timeConfiguration checks that exactly the expected webhook configurations are registered, warms
-// up, and times opts.requests dry-run creates of obj at opts.concurrency. calls counts what the
-// configuration's webhook received, so the report can show it was (or was not) in the path.
-func (b *bench) timeConfiguration(ctx context.Context, cs kubernetes.Interface, label string, want []string, obj *appsv1.StatefulSet, calls func() int64) (latency, error) {
-	l := latency{Label: label}
-	registered, err := registeredWebhooks(ctx, cs)
+// timeBlock checks that exactly the configuration's webhook is registered, warms up, and times
+// requests/rounds dry-run creates of its object, adding the errors and webhook calls to its result.
+func (b *bench) timeBlock(ctx context.Context, s *registrar, c admissionConfig) ([]time.Duration, error) {
+	registered, err := registeredWebhooks(ctx, s.cs)
 	if err != nil {
-		return l, err
+		return nil, err
 	}
-	if !slices.Equal(registered, want) {
-		return l, fmt.Errorf("%s: want exactly %v registered, found %v", label, want, registered)
+	if want := s.names(c.reg); !slices.Equal(registered, want) {
+		return nil, fmt.Errorf("%s: want exactly %v registered, found %v", c.out.Label, want, registered)
 	}
-	l.Registered = registered
-	_, _, _ = timeDryRuns(ctx, cs, obj, b.opts.warmup, b.opts.concurrency)
-	before := calls()
-	durations, errs, firstErr := timeDryRuns(ctx, cs, obj, b.opts.requests, b.opts.concurrency)
-	l.Calls = calls() - before
-	if before < 0 {
-		l.Calls = -1
+	c.out.Registered = registered
+	_, _, _ = timeDryRuns(ctx, s.cs, c.obj, b.opts.warmup/b.opts.rounds, b.opts.concurrency)
+	var before int64
+	if c.calls != nil {
+		before = c.calls()
 	}
-	s := summarize(durations)
-	l.N, l.Errors, l.P50, l.P99 = s.N, errs, s.P50, s.P99
-	if firstErr != nil {
-		l.FirstError = firstErr.Error()
+	durations, errs, firstErr := timeDryRuns(ctx, s.cs, c.obj, b.opts.requests/b.opts.rounds, b.opts.concurrency)
+	if c.calls == nil {
+		c.out.Calls = -1
+	} else {
+		c.out.Calls += c.calls() - before
 	}
-	return l, ctx.Err()
+	c.out.Errors += errs
+	if firstErr != nil && c.out.FirstError == "" {
+		c.out.FirstError = firstErr.Error()
+	}
+	return durations, ctx.Err()
+}
+
+// registrar switches the API server between the three registrations, and waits until the API
+// server acts on each switch before anything is measured.
+type registrar struct {
+	cs      kubernetes.Interface
+	ours    *admissionregistrationv1.ValidatingWebhookConfiguration // the chart's, as installed
+	noop    *noopWebhook
+	current registration
+	wrong   *appsv1.StatefulSet // armed with the default ServiceAccount: ours denies it
+}
+
+func (s *registrar) names(r registration) []string {
+	switch r {
+	case regNoop:
+		return []string{noopConfigName}
+	case regOurs:
+		return []string{s.ours.Name}
+	}
+	return nil
+}
+
+func (s *registrar) register(ctx context.Context, want registration) error {
+	if s.current == want {
+		return nil
+	}
+	vwcs := s.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	for _, name := range s.names(s.current) {
+		if err := vwcs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s: %w", name, err)
+		}
+	}
+	var add *admissionregistrationv1.ValidatingWebhookConfiguration
+	switch want {
+	case regNoop:
+		add = noopConfiguration(s.noop)
+	case regOurs:
+		add = s.ours.DeepCopy()
+		add.ObjectMeta = metav1.ObjectMeta{Name: s.ours.Name, Labels: s.ours.Labels, Annotations: s.ours.Annotations}
+	}
+	if add != nil {
+		if _, err := vwcs.Create(ctx, add, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating %s: %w", add.Name, err)
+		}
+	}
+	s.current = want
+	// In effect when the probe is denied exactly when ours is registered, and reaches the no-op
+	// webhook exactly when it is registered.
+	err := waitFor(ctx, func() bool {
+		before := s.noop.calls.Load()
+		denied := dryRun(ctx, s.cs, s.wrong) != nil
+		return denied == (want == regOurs) && (s.noop.calls.Load() > before) == (want == regNoop)
+	})
+	if err != nil {
+		return fmt.Errorf("the API server did not act on the webhook configuration %v: %w", s.names(want), err)
+	}
+	return nil
 }
 
 // timeDryRuns sends total server-side dry-run creates of obj from concurrency workers and returns
@@ -266,6 +320,31 @@ func statefulSetDecisions(metricsURL string) int64 {
 		}
 	}
 	return int64(n)
+}
+
+// decisionTime reads the sum (seconds) and count of ehdb_webhook_decision_duration_seconds for
+// allowed StatefulSets from the webhook's /metrics; zeros if the scrape fails.
+func decisionTime(metricsURL string) (float64, uint64) {
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, 0
+	}
+	for _, m := range families["ehdb_webhook_decision_duration_seconds"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["kind"] == "StatefulSet" && labels["result"] == "allowed" {
+			return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
+		}
+	}
+	return 0, 0
 }
 
 // waitFor polls cond every 100 ms for up to 30 s.

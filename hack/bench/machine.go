@@ -17,6 +17,9 @@ type machine struct {
 	GoVersion  string
 	Kubernetes string // the API server's version, once a cluster runs
 	Date       time.Time
+	// Load averages (1 min) at the start and the end: the machine may be shared, and a figure
+	// measured under load says so.
+	LoadStart, LoadEnd string
 }
 
 func readMachine() machine {
@@ -27,7 +30,20 @@ func readMachine() machine {
 		Arch:      runtime.GOARCH,
 		GoVersion: runtime.Version(),
 		Date:      time.Now(),
+		LoadStart: loadAverage(),
 	}
+}
+
+// loadAverage is the 1-minute load average from /proc/loadavg, or "unknown".
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	if f := strings.Fields(string(data)); len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
 }
 
 // cpuModel is the first "model name" of /proc/cpuinfo, or "unknown".

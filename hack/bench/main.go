@@ -43,7 +43,8 @@ type options struct {
 	idleWindow  time.Duration // kube-apiserver at rest, for comparison
 	requests    int           // admission requests per configuration
 	concurrency int
-	warmup      int
+	warmup      int // warm-up requests per configuration
+	rounds      int // the admission requests are sent in this many rounds through all configurations
 }
 
 var sections = []string{"micro", "admission", "failover", "scale"}
@@ -51,10 +52,10 @@ var sections = []string{"micro", "admission", "failover", "scale"}
 func defaultOptions(quick bool) options {
 	if quick {
 		return options{quick: true, benchtime: "100ms", trials: 5, steady: 10 * time.Second, stagger: 250 * time.Millisecond,
-			scale: 100, scaleWindow: 10 * time.Second, idleWindow: 3 * time.Second, requests: 200, concurrency: 8, warmup: 50}
+			scale: 100, scaleWindow: 10 * time.Second, idleWindow: 3 * time.Second, requests: 200, concurrency: 8, warmup: 50, rounds: 2}
 	}
 	return options{trials: 20, steady: 20 * time.Second, stagger: 250 * time.Millisecond,
-		scale: 500, scaleWindow: 30 * time.Second, idleWindow: 10 * time.Second, requests: 1000, concurrency: 8, warmup: 200}
+		scale: 500, scaleWindow: 30 * time.Second, idleWindow: 10 * time.Second, requests: 1000, concurrency: 8, warmup: 250, rounds: 5}
 }
 
 func (o options) runs(section string) bool {
@@ -143,6 +144,7 @@ func run(ctx context.Context, opts options, stdout io.Writer) (err error) {
 	}
 	b.cleanup()
 
+	m.LoadEnd = loadAverage()
 	rep.Machine, rep.Took = m, time.Since(began)
 	text := render(rep)
 	fmt.Fprint(stdout, text)

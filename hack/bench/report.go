@@ -40,7 +40,7 @@ func render(r *report) string {
 	if r.Opts.quick {
 		mode = "quick run (`-quick`: fewer trials, shorter windows; not for quoting)"
 	}
-	p("- Machine: %s, nproc %d, %s/%s", m.Model, m.CPUs, m.OS, m.Arch)
+	p("- Machine: %s, nproc %d, %s/%s; load average (1 min) %s at the start, %s at the end", m.Model, m.CPUs, m.OS, m.Arch, m.LoadStart, m.LoadEnd)
 	p("- %s, %s, took %s", m.Date.Format("2006-01-02 15:04 MST"), mode, r.Took.Round(time.Second))
 	if m.Kubernetes == "" {
 		p("- Go %s", m.GoVersion)
@@ -186,8 +186,10 @@ func renderAdmission(p func(string, ...any), r *admissionResult, err error) {
 	if r == nil || r.A.Label == "" {
 		return
 	}
-	p("Server-side dry-run create of the reference writer StatefulSet (replicas 1), %d requests at concurrency %d "+
-		"after %d warm-up requests, per configuration, as cluster-admin.", r.Requests, r.Concurrency, r.Warmup)
+	p("Server-side dry-run create of the reference writer StatefulSet (replicas 1) as cluster-admin: %d requests at concurrency %d "+
+		"per configuration, sent in %d rounds that go through (a)–(d) in turn, each block after %d warm-up requests. "+
+		"Webhook calls are counted by the no-op handler and by our webhook's decision counter.",
+		r.Requests, r.Concurrency, r.Rounds, r.Warmup/max(r.Rounds, 1))
 	p("")
 	p("| configuration | registered | webhook calls | n | errors | p50 | p99 |")
 	p("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
@@ -222,6 +224,10 @@ func renderAdmission(p func(string, ...any), r *admissionResult, err error) {
 	p("| (b)/(a): the floor, over no webhook | %s | %s | |", b50, b99)
 	d50, d99, _ := ratio(r.D, r.A)
 	p("| (d)/(a): ours on an unarmed object (matchConditions) | %s | %s | ≈ 1 |", d50, d99)
+	if r.C.Decision > 0 {
+		p("")
+		p("In (c) our webhook's own mean time to decide, its API lookups included, was %s (its decision_duration histogram).", dur(r.C.Decision))
+	}
 	for _, l := range []latency{r.A, r.B, r.C, r.D} {
 		if l.FirstError != "" {
 			p("")

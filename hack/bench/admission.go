@@ -322,10 +322,12 @@ func statefulSetDecisions(metricsURL string) int64 {
 	return int64(n)
 }
 
+var scrapeClient = &http.Client{Timeout: 5 * time.Second}
+
 // decisionTime reads the sum (seconds) and count of ehdb_webhook_decision_duration_seconds for
 // allowed StatefulSets from the webhook's /metrics; zeros if the scrape fails.
 func decisionTime(metricsURL string) (float64, uint64) {
-	resp, err := http.Get(metricsURL)
+	resp, err := scrapeClient.Get(metricsURL)
 	if err != nil {
 		return 0, 0
 	}

@@ -29,21 +29,25 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# Tests run in a network namespace with only loopback (hack/offline.sh): nothing they start can
+# reach an address off this machine. `go vet` first fetches every module they need.
+OFFLINE := hack/offline.sh
+
 .PHONY: test
 test: controlplane lint ## Everything: unit, chart and end-to-end tests on the local control plane
-	EHDB_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	EHDB_REQUIRE_CLUSTER=1 $(OFFLINE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: unit
 unit: ## Unit tests only (integration tests skip without a control plane)
 	$(GO) test -count=1 ./...
 
 .PHONY: e2e
-e2e: controlplane ## The end-to-end system suite on the local control plane (or E2E_KUBECONFIG)
-	EHDB_REQUIRE_CLUSTER=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
+e2e: controlplane lint ## The end-to-end system suite on the local control plane (or E2E_KUBECONFIG)
+	EHDB_REQUIRE_CLUSTER=1 $(OFFLINE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: soak
-soak: controlplane ## Random fault schedule with the safety checker: SOAK_DURATION=20m SOAK_SEED=n
-	EHDB_REQUIRE_CLUSTER=1 EHDB_SOAK=$${SOAK_DURATION:-20m} $(GO) test -count=1 -timeout 0 -v -run TestSoak ./test/e2e/...
+soak: controlplane lint ## Random fault schedule with the safety checker: SOAK_DURATION=20m SOAK_SEED=n
+	EHDB_REQUIRE_CLUSTER=1 EHDB_SOAK=$${SOAK_DURATION:-20m} EHDB_SOAK_SEED=$${SOAK_SEED:-} $(OFFLINE) $(GO) test -count=1 -timeout 0 -v -run TestSoak ./test/e2e/...
 
 .PHONY: bench
 bench: controlplane ## Performance report: micro-benchmarks and measurements on the local control plane

@@ -163,6 +163,11 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 		// The kubernetes Service's endpoints would name this machine's address; nothing here
 		// consumes them, and writing none keeps every address the cluster knows on loopback.
 		"--endpoint-reconciler-type=none",
+		// Reach a Service-backed webhook (or aggregated API) through its endpoints, never its
+		// ClusterIP: nothing here routes the Service range, so a ClusterIP dial would follow the
+		// host's default route off the machine. With no kubelet there are no endpoints, and such a
+		// call fails at once with "no endpoints available" instead of sending a packet.
+		"--enable-aggregator-routing=true",
 		"--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,DefaultStorageClass,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook",
 		"--allow-privileged=true",
 		"--profiling=false",

@@ -3,10 +3,12 @@ package testcluster
 import (
 	"context"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -132,5 +134,69 @@ func TestStopLeavesNothingBehind(t *testing.T) {
 	}
 	if _, err := os.Stat(c.dir); !os.IsNotExist(err) {
 		t.Errorf("cluster folder %s still exists after Stop (err=%v)", c.dir, err)
+	}
+}
+
+// A webhook registered through a Service is resolved to the Service's endpoints, not its
+// ClusterIP, so the API server never dials an address it would route off this machine: with no
+// endpoints the call fails at once, naming the cause.
+func TestServiceWebhooksNeverDialAClusterIP(t *testing.T) {
+	c := ForTest(t)
+	if !c.Local() {
+		t.Skip("a property of the local control plane's flags")
+	}
+	ctx := context.Background()
+	ns := c.NewNamespace(t)
+	cs := c.Clientset()
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "guard"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}, Selector: map[string]string{"app": "none"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == "None" {
+		t.Fatalf("want a ClusterIP service, got %q", svc.Spec.ClusterIP)
+	}
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "testcluster-" + ns},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "guard.testcluster.local",
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             &none,
+			FailurePolicy:           &fail,
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{
+				Service: &admissionregistrationv1.ServiceReference{Namespace: ns, Name: "guard", Path: ptr.To("/validate")},
+			},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+		}},
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), vwc.Name, metav1.DeleteOptions{})
+	})
+	// The configuration takes effect asynchronously; once it does, the call must fail on
+	// endpoints, and never with a dial error or a timeout towards the ClusterIP.
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{})
+		return last != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the webhook never took effect: %v", last)
+	}
+	if !strings.Contains(last.Error(), "no endpoints available") {
+		t.Fatalf("want the call refused for lack of endpoints, got: %v", last)
+	}
+	if strings.Contains(last.Error(), svc.Spec.ClusterIP) {
+		t.Fatalf("the API server dialled the ClusterIP %s: %v", svc.Spec.ClusterIP, last)
 	}
 }

@@ -66,7 +66,7 @@ images: ## Build the container images (needs Docker)
 e2e-kind: images ## Create a kind cluster from kind-config.yaml, load the images, run the suite in it (needs Docker and kind)
 	$(KIND) get clusters | grep -qx $(KIND_CLUSTER) || $(KIND) create cluster --name $(KIND_CLUSTER) --config kind-config.yaml --kubeconfig $(CACHE)/kind.kubeconfig
 	$(KIND) load docker-image --name $(KIND_CLUSTER) $(IMAGE_REPO)-webhook:$(IMAGE_TAG) $(IMAGE_REPO)-writer:$(IMAGE_TAG)
-	E2E_KUBECONFIG=$(CACHE)/kind.kubeconfig E2E_IMAGE_REPO=$(IMAGE_REPO) E2E_IMAGE_TAG=$(IMAGE_TAG) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
+	E2E_IN_CLUSTER=1 E2E_KUBECONFIG=$(CACHE)/kind.kubeconfig E2E_IMAGE_REPO=$(IMAGE_REPO) E2E_IMAGE_TAG=$(IMAGE_TAG) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: kind-down
 kind-down: ## Delete the kind cluster

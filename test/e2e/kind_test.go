@@ -76,12 +76,13 @@ func TestMakeE2EKindRunsTheSuiteAgainstKind(t *testing.T) {
 		t.Fatalf("make -n e2e-kind: %v\n%s", err, out)
 	}
 	// In this order: images built, cluster created from kind-config.yaml, images loaded, the
-	// same e2e suite run with E2E_KUBECONFIG pointing at the kind cluster.
+	// same e2e suite run in-cluster (E2E_IN_CLUSTER=1) with E2E_KUBECONFIG pointing at the kind cluster.
 	want := []string{
 		"docker build --target webhook",
 		"docker build --target writer",
 		"create cluster --name ehdb-election --config kind-config.yaml",
 		"load docker-image --name ehdb-election",
+		"E2E_IN_CLUSTER=1",
 		"E2E_KUBECONFIG=",
 		"test -count=1",
 		"./test/e2e/...",

@@ -92,13 +92,17 @@ func labelNamespace(t *testing.T, cs kubernetes.Interface, ns string, labels map
 }
 
 // values returns the test's values: overrides merged over base, with the webhook scoped to
-// namespaces labelled for this release.
+// namespaces labelled for this release (wherever they are).
 func (r *testRelease) values(base map[string]any, overrides ...map[string]any) map[string]any {
 	v := copyValues(base)
 	for _, o := range overrides {
 		mergeValues(v, copyValues(o))
 	}
-	mergeValues(v, map[string]any{"webhook": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{isolationLabel: r.name}}}})
+	// The isolation label does the scoping here, so the guard looks beyond the release namespace.
+	mergeValues(v, map[string]any{"webhook": map[string]any{
+		"guardedNamespaces": []any{"*"},
+		"namespaceSelector": map[string]any{"matchLabels": map[string]any{isolationLabel: r.name}},
+	}})
 	return v
 }
 

@@ -270,6 +270,7 @@ func TestSchemaRefuses(t *testing.T) {
 		{"logLevel", wh("logLevel", "trace"), "/webhook/logLevel"},
 		{"pullPolicy", wh("image", map[string]any{"pullPolicy": "Sometimes"}), "/webhook/image/pullPolicy"},
 		{"excluded namespace not a name", wh("excludeNamespaces", []any{"Kube_System"}), "/webhook/excludeNamespaces/0"},
+		{"guarded namespace not a name", wh("guardedNamespaces", []any{"Team_A"}), "/webhook/guardedNamespaces/0"},
 		{"unknown top-level key", map[string]any{"replicas": 3}, "'replicas' not allowed"},
 		{"unknown nested key", wh("failurepolicy", "Fail"), "'failurepolicy' not allowed"},
 		{"unknown key in a k8s-shaped value", wh("securityContext", map[string]any{"readOnlyRootFileSystem": true}), "'readOnlyRootFileSystem' not allowed"},
@@ -527,10 +528,15 @@ func TestWebhookConfiguration(t *testing.T) {
 		excluded         []string
 		injectCAFrom     string
 		preDeleteHookVWC bool
+		guarded          []string // the namespaces an `In` term limits the guard to; nil = no such term
 	}{
-		{"defaults", nil, "Fail", "Ignore", 5, []string{"kube-system"}, "", true},
-		{"permissive", mustValuesFile(t, "ci/permissive-values.yaml"), "Ignore", "Ignore", 30, nil, "", false},
-		{"cert-manager", mustValuesFile(t, "ci/certmanager-values.yaml"), "Fail", "Ignore", 5, []string{"kube-system"}, testNS + "/ehdb-election-webhook", true},
+		{"defaults", nil, "Fail", "Ignore", 5, []string{"kube-system"}, "", true, []string{testNS}},
+		{"permissive", mustValuesFile(t, "ci/permissive-values.yaml"), "Ignore", "Ignore", 30, nil, "", false, []string{testNS}},
+		{"cert-manager", mustValuesFile(t, "ci/certmanager-values.yaml"), "Fail", "Ignore", 5, []string{"kube-system"}, testNS + "/ehdb-election-webhook", true, []string{testNS}},
+		{"more writer namespaces", map[string]any{"webhook": map[string]any{"guardedNamespaces": []any{"team-a", testNS, "team-b"}}},
+			"Fail", "Ignore", 5, []string{"kube-system"}, "", true, []string{testNS, "team-a", "team-b"}},
+		{"every namespace", map[string]any{"webhook": map[string]any{"guardedNamespaces": []any{"*"}}},
+			"Fail", "Ignore", 5, []string{"kube-system"}, "", true, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -577,14 +583,20 @@ func TestWebhookConfiguration(t *testing.T) {
 				if len(h.ClientConfig.CABundle) != 0 {
 					t.Errorf("%s renders a caBundle: an upgrade would overwrite the rotator's", h.Name)
 				}
-				var excluded []string
+				var excluded, guarded []string
 				for _, e := range h.NamespaceSelector.MatchExpressions {
 					if e.Key == "kubernetes.io/metadata.name" && e.Operator == "NotIn" {
 						excluded = append(excluded, e.Values...)
 					}
+					if e.Key == "kubernetes.io/metadata.name" && e.Operator == "In" {
+						guarded = append(guarded, e.Values...)
+					}
 				}
 				if !slices.Equal(excluded, tc.excluded) {
 					t.Errorf("%s excludes namespaces %v, want %v", h.Name, excluded, tc.excluded)
+				}
+				if !slices.Equal(guarded, tc.guarded) {
+					t.Errorf("%s guards namespaces %v, want %v", h.Name, guarded, tc.guarded)
 				}
 				if len(h.MatchConditions) != 1 || !strings.Contains(h.MatchConditions[0].Expression, "NOETL_EHDB_FENCING") ||
 					!strings.Contains(h.MatchConditions[0].Expression, "envFrom") || !strings.Contains(h.MatchConditions[0].Expression, "initContainers") {

@@ -145,6 +145,10 @@ The namespaceSelector and objectSelector shared by both webhook entries.
 */}}
 {{- define "ehdb-election.webhook.selectors" -}}
 {{- $exprs := list }}
+{{- if not (has "*" .Values.webhook.guardedNamespaces) }}
+{{- $guarded := prepend .Values.webhook.guardedNamespaces .Release.Namespace | uniq }}
+{{- $exprs = append $exprs (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" $guarded) }}
+{{- end }}
 {{- with .Values.webhook.excludeNamespaces }}
 {{- $exprs = append $exprs (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" .) }}
 {{- end }}

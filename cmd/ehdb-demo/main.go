@@ -12,34 +12,35 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/internal/chartinstall"
 	"github.com/noetl/ehdb-election/internal/harness"
 	"github.com/noetl/ehdb-election/internal/repo"
 	"github.com/noetl/ehdb-election/internal/testcluster"
+	"github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 const (
-	namespace = "noetl"
+	namespace = webhooktest.Namespace
 	release   = "ehdb-election"
-	writerSA  = "noetl-cmdbus-writer"
-	stsName   = "noetl-cmdbus-writer"
+	writerSA  = webhooktest.WriterSA
+	stsName   = webhooktest.WriterName
 	leaseSecs = 6
 	renewSecs = 2
 )
@@ -284,35 +285,13 @@ func (d *demo) teardown() error {
 	return err
 }
 
-// writerStatefulSet is shaped like the production writer (SPEC.md, "Reference deployment").
+// writerStatefulSet is the production writer (SPEC.md, "Reference deployment") with two shards.
 func writerStatefulSet(sa string, env map[string]string) *appsv1.StatefulSet {
-	labels := map[string]string{"app": stsName, "component": "cmdbus-writer", "command-bus": "ehdb", "managed-by": "noetl"}
-	vars := []corev1.EnvVar{}
-	for _, k := range []string{"NOETL_EHDB_FENCING", "NOETL_EHDB_ELECTION"} {
-		if v, ok := env[k]; ok {
-			vars = append(vars, corev1.EnvVar{Name: k, Value: v})
-		}
+	opts := []func(*appsv1.StatefulSet){webhooktest.ServiceAccount(sa), webhooktest.Replicas(2)}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		opts = append(opts, webhooktest.SetEnv(k, env[k]))
 	}
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: stsName, Namespace: namespace, Labels: labels},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To[int32](2),
-			ServiceName:         stsName + "-headless",
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{"app": stsName}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					ServiceAccountName:            sa,
-					TerminationGracePeriodSeconds: ptr.To[int64](60),
-					Containers: []corev1.Container{{
-						Name: "noetl-worker", Image: "ghcr.io/noetl/ehdb-election-writer:dev", Env: vars,
-						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}},
-					}},
-				},
-			},
-		},
-	}
+	return webhooktest.ReferenceWriter(namespace, opts...)
 }
 
 // setFencing sets NOETL_EHDB_FENCING on the writer, retrying only on a write conflict (the
@@ -324,12 +303,7 @@ func setFencing(ctx context.Context, sts appsv1client.StatefulSetInterface, valu
 		if err != nil {
 			return err
 		}
-		env := cur.Spec.Template.Spec.Containers[0].Env
-		for i := range env {
-			if env[i].Name == "NOETL_EHDB_FENCING" {
-				env[i].Value = value
-			}
-		}
+		webhooktest.SetEnv("NOETL_EHDB_FENCING", value)(cur)
 		out, err = sts.Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})

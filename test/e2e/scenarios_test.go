@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 const shard0, shard1 = "noetl-cmdbus-writer-0", "noetl-cmdbus-writer-1"
@@ -50,16 +52,7 @@ func setEnv(ctx context.Context, s *system, key, value string, dryRun bool) (*ap
 		if err != nil {
 			return err
 		}
-		c := &cur.Spec.Template.Spec.Containers[0]
-		found := false
-		for i := range c.Env {
-			if c.Env[i].Name == key {
-				c.Env[i].Value, found = value, true
-			}
-		}
-		if !found {
-			c.Env = append(c.Env, corev1EnvVar(key, value))
-		}
+		webhooktest.SetEnv(key, value)(cur)
 		opts := metav1.UpdateOptions{}
 		if dryRun {
 			opts.DryRun = []string{metav1.DryRunAll}

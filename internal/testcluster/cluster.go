@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,7 @@ type Cluster struct {
 
 	local     bool
 	dir       string
+	pki       *pki
 	clientset kubernetes.Interface
 	etcd      *process
 	apiserver *process
@@ -50,6 +52,19 @@ type Cluster struct {
 type Options struct {
 	// ExtraAPIServerFlags are appended to kube-apiserver's command line (later flags win).
 	ExtraAPIServerFlags []string
+	// Node prepares the control plane for a real node (hack/localnode): without it there is no
+	// kubelet and everything stays on loopback.
+	Node *NodeOptions
+}
+
+// NodeOptions describe the one node a kubelet will register. The API server then binds and
+// advertises the node's address (it refuses loopback as advertise address), so the kubernetes
+// Service's endpoint is reachable from Pods through kube-proxy; it authorizes kubelets with the
+// Node authorizer and NodeRestriction, and calls them (logs, exec) with a client certificate.
+type NodeOptions struct {
+	// Address is the node's address, on an interface the caller created: the API server's bind
+	// and advertise address, and the address every kubeconfig of this cluster names.
+	Address net.IP
 }
 
 // ServiceCIDR is the local cluster's Service range. Nothing routes to it: there are no nodes.
@@ -67,6 +82,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	dir, err := os.MkdirTemp("", "ehdb-testcluster-")
 	if err != nil {
 		return nil, fmt.Errorf("creating cluster folder: %w", err)
+	}
+	if opts.Node != nil && (opts.Node.Address == nil || opts.Node.Address.IsLoopback() || opts.Node.Address.IsUnspecified()) {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("node address %v: want a routable address on an interface of this machine (the API server refuses loopback)", opts.Node.Address)
 	}
 	c := &Cluster{local: true, dir: dir}
 	if err := c.startLocal(ctx, bins, opts); err != nil {
@@ -93,8 +112,14 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 	if err != nil {
 		return err
 	}
-	loopback := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")}
-	if _, err := p.issue("apiserver", "kube-apiserver", nil, loopback,
+	c.pki = p
+	bind := "127.0.0.1"
+	serving := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")}
+	if opts.Node != nil {
+		bind = opts.Node.Address.String()
+		serving = append(serving, opts.Node.Address)
+	}
+	if _, err := p.issue("apiserver", "kube-apiserver", nil, serving,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, true); err != nil {
 		return err
 	}
@@ -114,7 +139,7 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 		return err
 	}
 	etcdClient, etcdPeer, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
-	host := "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	host := "https://" + net.JoinHostPort(bind, strconv.Itoa(apiPort))
 
 	c.Config = &rest.Config{
 		Host:            host,
@@ -146,33 +171,48 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 		"--unsafe-no-fsync",
 		"--log-level=warn",
 	}}
+	// The kubernetes Service's endpoints would name this machine's address; without a node nothing
+	// consumes them, and writing none keeps every address the cluster knows on loopback. With a
+	// node they name the node's address, which Pods reach through kube-proxy.
+	authz, reconciler := "RBAC", "none"
+	admission := "NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,DefaultStorageClass,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook"
+	var nodeFlags []string
+	if opts.Node != nil {
+		authz, reconciler, admission = "Node,RBAC", "lease", admission+",NodeRestriction"
+		if _, err := p.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, nil, nil, false); err != nil {
+			return err
+		}
+		nodeFlags = []string{
+			"--kubelet-client-certificate=" + p.path("apiserver-kubelet-client.crt"),
+			"--kubelet-client-key=" + p.path("apiserver-kubelet-client.key"),
+			"--kubelet-preferred-address-types=InternalIP",
+		}
+	}
 	c.apiserver = &process{name: "kube-apiserver", bin: filepath.Join(bins, "kube-apiserver"), logPath: filepath.Join(c.dir, "kube-apiserver.log"), args: append([]string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + bind,
+		"--advertise-address=" + bind,
 		"--secure-port=" + strconv.Itoa(apiPort),
 		"--cert-dir=" + filepath.Join(c.dir, "apiserver-certs"),
 		"--tls-cert-file=" + p.path("apiserver.crt"),
 		"--tls-private-key-file=" + p.path("apiserver.key"),
 		"--client-ca-file=" + p.path("ca.crt"),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=" + authz,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + p.path("sa.pub"),
 		"--service-account-signing-key-file=" + p.path("sa.key"),
 		"--service-cluster-ip-range=" + ServiceCIDR,
-		// The kubernetes Service's endpoints would name this machine's address; nothing here
-		// consumes them, and writing none keeps every address the cluster knows on loopback.
-		"--endpoint-reconciler-type=none",
+		"--endpoint-reconciler-type=" + reconciler,
 		// Reach a Service-backed webhook (or aggregated API) through its endpoints, never its
 		// ClusterIP: nothing here routes the Service range, so a ClusterIP dial would follow the
 		// host's default route off the machine. With no kubelet there are no endpoints, and such a
 		// call fails at once with "no endpoints available" instead of sending a packet.
 		"--enable-aggregator-routing=true",
-		"--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,DefaultStorageClass,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook",
+		"--enable-admission-plugins=" + admission,
 		"--allow-privileged=true",
 		"--profiling=false",
 		"--v=1",
-	}, opts.ExtraAPIServerFlags...)}
+	}, append(nodeFlags, opts.ExtraAPIServerFlags...)...)}
 	c.kcm = &process{name: "kube-controller-manager", bin: filepath.Join(bins, "kube-controller-manager"), logPath: filepath.Join(c.dir, "kube-controller-manager.log"), args: []string{
 		"--kubeconfig=" + kcmKubeconfig,
 		"--authentication-kubeconfig=" + kcmKubeconfig,
@@ -244,6 +284,30 @@ func (c *Cluster) APIServerPID() int {
 		return 0
 	}
 	return c.apiserver.cmd.Process.Pid
+}
+
+// ClientKubeconfig writes a kubeconfig at path that authenticates as user in groups with a client
+// certificate from the cluster's CA: how a node's own components (the kubelet as
+// system:node:<name> in system:nodes, kube-scheduler, kube-proxy) log in.
+func (c *Cluster) ClientKubeconfig(path, user string, groups ...string) error {
+	if !c.local {
+		return errors.New("issuing client certificates is only possible on the local control plane")
+	}
+	name := "client-" + strings.NewReplacer(":", "_", "/", "_").Replace(user)
+	crt, err := c.pki.issue(name, user, groups, nil, nil, false)
+	if err != nil {
+		return err
+	}
+	return writeKubeconfig(path, c.Config.Host, c.pki.caPEM, &clientcmdapi.AuthInfo{ClientCertificateData: crt.certPEM, ClientKeyData: crt.keyPEM})
+}
+
+// CAFile is the path of the cluster CA's certificate (what a kubelet trusts for client
+// certificates); empty for an external cluster.
+func (c *Cluster) CAFile() string {
+	if !c.local {
+		return ""
+	}
+	return c.pki.path("ca.crt")
 }
 
 // Clientset is an admin client.

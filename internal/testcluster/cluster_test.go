@@ -3,6 +3,7 @@ package testcluster
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,12 +11,14 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 )
 
@@ -198,5 +201,34 @@ func TestServiceWebhooksNeverDialAClusterIP(t *testing.T) {
 	}
 	if strings.Contains(last.Error(), svc.Spec.ClusterIP) {
 		t.Fatalf("the API server dialled the ClusterIP %s: %v", svc.Spec.ClusterIP, last)
+	}
+}
+
+// A node's components log in with client certificates from the cluster's CA: the API server must
+// read exactly the user and groups the certificate names (system:node:<name> in system:nodes is
+// what the Node authorizer keys on).
+func TestClientKubeconfigAuthenticatesAsTheNamedUser(t *testing.T) {
+	c := ForTest(t)
+	if !c.Local() {
+		t.Skip("client certificates are issued by the local control plane's CA")
+	}
+	path := t.TempDir() + "/node.kubeconfig"
+	if err := c.ClientKubeconfig(path, "system:node:ehdb-test-node", "system:nodes"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := kubernetes.NewForConfigOrDie(cfg).AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := review.Status.UserInfo
+	if u.Username != "system:node:ehdb-test-node" || !slices.Contains(u.Groups, "system:nodes") || slices.Contains(u.Groups, "system:masters") {
+		t.Fatalf("authenticated as %q in %v, want system:node:ehdb-test-node in system:nodes only", u.Username, u.Groups)
+	}
+	if _, err := os.Stat(c.CAFile()); err != nil {
+		t.Fatalf("CAFile: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -25,6 +24,8 @@ import (
 
 	"github.com/noetl/ehdb-election/election"
 	"github.com/noetl/ehdb-election/internal/harness"
+	"github.com/noetl/ehdb-election/webhook"
+	"github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 // latency is one admission configuration's distribution of server-side dry-run create latency.
@@ -103,10 +104,12 @@ func (b *bench) measureAdmission(ctx context.Context) (admissionResult, error) {
 		return res, err
 	}
 
-	armed := map[string]string{"NOETL_EHDB_FENCING": "enforce", election.EnvElection: "true"}
-	correct := referenceStatefulSet(writerSA, armed)
-	unarmed := referenceStatefulSet(writerSA, map[string]string{election.EnvElection: "true"})
-	s := &registrar{cs: cs, noop: noop, current: regOurs, wrong: referenceStatefulSet("", armed)}
+	// The reference writer (SPEC.md "Reference deployment", replicas 1): armed and fully correct;
+	// armed with the default ServiceAccount, which ours denies; and without the fencing variable.
+	correct := webhooktest.ReferenceWriter(namespace, webhooktest.Armed(), webhooktest.ElectionOn(), webhooktest.ServiceAccount(writerSA))
+	wrong := webhooktest.ReferenceWriter(namespace, webhooktest.Armed(), webhooktest.ElectionOn())
+	unarmed := webhooktest.ReferenceWriter(namespace, webhooktest.ElectionOn(), webhooktest.ServiceAccount(writerSA), withoutFencing)
+	s := &registrar{cs: cs, noop: noop, current: regOurs, wrong: wrong}
 	if err := dryRun(ctx, cs, correct); err != nil {
 		return res, fmt.Errorf("ours refused the armed, fully correct StatefulSet, so (c) cannot be measured: %w", err)
 	}
@@ -395,34 +398,9 @@ func noopConfiguration(h *noopWebhook) *admissionregistrationv1.ValidatingWebhoo
 	}
 }
 
-// referenceStatefulSet is the writer StatefulSet of SPEC.md "Reference deployment" (replicas 1),
-// with the given ServiceAccount ("" = default) and environment.
-func referenceStatefulSet(sa string, env map[string]string) *appsv1.StatefulSet {
-	labels := map[string]string{"app": stsName, "component": "cmdbus-writer", "command-bus": "ehdb", "managed-by": "noetl"}
-	var vars []corev1.EnvVar
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		vars = append(vars, corev1.EnvVar{Name: k, Value: env[k]})
-	}
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: stsName, Namespace: namespace, Labels: labels},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To[int32](1),
-			ServiceName:         stsName + "-headless",
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{"app": stsName}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					ServiceAccountName:            sa,
-					TerminationGracePeriodSeconds: ptr.To[int64](60),
-					Containers: []corev1.Container{{
-						Name:  "noetl-worker",
-						Image: "ghcr.io/noetl/ehdb-election-writer:dev",
-						Env:   vars,
-						Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}},
-					}},
-				},
-			},
-		},
-	}
+// withoutFencing removes NOETL_EHDB_FENCING from the writer container: the template then mentions
+// it nowhere, so the chart's matchConditions keep the object from our webhook.
+func withoutFencing(sts *appsv1.StatefulSet) {
+	c := &sts.Spec.Template.Spec.Containers[0]
+	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == webhook.EnvFencing })
 }

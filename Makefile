@@ -68,6 +68,11 @@ e2e-kind: images ## Create a kind cluster from kind-config.yaml, load the images
 	$(KIND) load docker-image --name $(KIND_CLUSTER) $(IMAGE_REPO)-webhook:$(IMAGE_TAG) $(IMAGE_REPO)-writer:$(IMAGE_TAG)
 	E2E_IN_CLUSTER=1 E2E_KUBECONFIG=$(CACHE)/kind.kubeconfig E2E_IMAGE_REPO=$(IMAGE_REPO) E2E_IMAGE_TAG=$(IMAGE_TAG) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
+.PHONY: e2e-node
+e2e-node: controlplane ## The in-cluster suite on a real local node (root; Debian containerd/runc/CNI, ~800 MB RAM); see hack/localnode
+	hack/localnode/setup.sh
+	trap '$(GO) run ./hack/localnode clean' EXIT; $(GO) run ./hack/localnode e2e -image-repo $(IMAGE_REPO) -image-tag $(IMAGE_TAG)
+
 .PHONY: kind-down
 kind-down: ## Delete the kind cluster
 	$(KIND) delete cluster --name $(KIND_CLUSTER)

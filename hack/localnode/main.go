@@ -67,11 +67,13 @@ func newLayout() (layout, error) {
 
 type options struct {
 	imageRepo, imageTag string
+	run                 string // e2e: -test.run
 }
 
 func (o *options) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.imageRepo, "image-repo", "ghcr.io/noetl/ehdb-election", "image repository prefix: <repo>-webhook and <repo>-writer")
 	fs.StringVar(&o.imageTag, "image-tag", "dev", "image tag")
+	fs.StringVar(&o.run, "run", "", "e2e: run only the tests matching this regular expression (go test -run)")
 }
 
 func (o options) images(l layout) []imageSpec {
@@ -103,6 +105,9 @@ func main() {
 			os.Exit(1)
 		}
 		suite := []string{filepath.Join(l.bin, "e2e.test"), "-test.v", "-test.count=1", "-test.timeout=30m"}
+		if o.run != "" {
+			suite = append(suite, "-test.run="+o.run)
+		}
 		os.Exit(outer(l, o, suite))
 	case "run":
 		if fs.NArg() == 0 {
@@ -161,6 +166,28 @@ func build(l layout, o options, suite bool) error {
 	}
 	logf("binaries and images built in %.1fs", time.Since(start).Seconds())
 	return nil
+}
+
+// keepLogs moves the components' and the Pods' logs out of the state folder before it is removed,
+// to .cache/localnode/logs (the last run's only).
+func keepLogs(l layout) error {
+	dst := filepath.Join(filepath.Dir(l.state), "logs")
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range []string{"logs", "pod-logs"} {
+		if err := os.Rename(filepath.Join(l.state, d), filepath.Join(dst, d)); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		logf("logs of this run kept in %s", dst)
+	}
+	return errors.Join(errs...)
 }
 
 func imageFile(ref string) string {
@@ -260,6 +287,9 @@ func outer(l layout, o options, cmd []string) int {
 	var problems []string
 	if err := killCgroupTasksExcept(nil, 30*time.Second); err != nil {
 		problems = append(problems, err.Error())
+	}
+	if err := keepLogs(l); err != nil {
+		logf("keeping the logs: %v", err)
 	}
 	if err := removeCgroups(); err != nil {
 		problems = append(problems, err.Error())

@@ -433,7 +433,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 		filepath.Join(state, "containerd", "opt"), pauseImage, filepath.Join(state, "cni", "net.d"))
 }
 
-// cniConfig is the Pod network: one bridge (the one setupNetwork made and guarded), host-local
+// cniConfig is the Pod network: one bridge (the one setupNetwork made and guarded) as the Pods'
+// default gateway (the guard decides what lies beyond it), host-local
 // addresses, no masquerading (nothing leaves, so nothing needs translating).
 func cniConfig(state string) string {
 	return fmt.Sprintf(`{
@@ -443,6 +444,7 @@ func cniConfig(state string) string {
     "type": "bridge",
     "bridge": %q,
     "isGateway": true,
+    "isDefaultGateway": true,
     "ipMasq": false,
     "hairpinMode": true,
     "ipam": {

@@ -409,13 +409,15 @@ func (s *icSystem) dumpPods() {
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		s.t.Logf("--- pod %s (%s on %s): %s", pod.Name, pod.Status.Phase, pod.Spec.NodeName, podWhy(pod))
-		for _, c := range pod.Spec.Containers {
-			data, err := s.cs.CoreV1().Pods(s.ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: ptr.To[int64](20)}).DoRaw(ctx)
+		for _, cst := range pod.Status.ContainerStatuses {
+			// A crash-looping container's own log is the previous one.
+			previous := cst.State.Running == nil && cst.RestartCount > 0
+			data, err := s.cs.CoreV1().Pods(s.ns).GetLogs(pod.Name, &corev1.PodLogOptions{Container: cst.Name, TailLines: ptr.To[int64](20), Previous: previous}).DoRaw(ctx)
 			if err != nil {
-				s.t.Logf("    (log of %s: %v)", c.Name, err)
+				s.t.Logf("    (log of %s: %v)", cst.Name, err)
 				continue
 			}
-			s.t.Logf("    log of %s:\n%s", c.Name, data)
+			s.t.Logf("    log of %s (restarts %d, previous %v):\n%s", cst.Name, cst.RestartCount, previous, data)
 		}
 	}
 	events, err := s.cs.CoreV1().Events(s.ns).List(ctx, metav1.ListOptions{})

@@ -16,12 +16,13 @@ import (
 // APIResolver answers Queries from the API server with plain GETs and SubjectAccessReviews, all
 // lookups of one Query concurrently.
 //
-// It caches nothing across requests, on purpose. Every fact it serves can change between two
+// By default it caches nothing across requests. Every fact it serves can change between two
 // admissions in a way that matters at once: an operator who has just created the RoleBinding or
 // the ServiceAccount the last denial asked for retries and must be admitted, and a Lease that
-// was live a few seconds ago may have expired. A stale answer would either refuse a correct
-// object or admit an unsafe one. Within one admission each fact is fetched once (a Query has no
-// duplicates), which is the only caching that is always safe. The load stays small: the
+// was live a few seconds ago may have expired. Within one admission each fact is fetched once
+// (a Query has no duplicates). CacheAllowedFor keeps positive answers (a ServiceAccount that
+// exists, an access review that allowed) for a short time, never a refusal, a Lease or a
+// ConfigMap; its comment says why that much is safe. The load stays small either way: the
 // webhook configuration's matchConditions send only objects that mention the fencing variable
 // or use envFrom, and an unarmed object costs no lookup at all.
 //
@@ -31,15 +32,21 @@ type APIResolver struct {
 	client kubernetes.Interface
 	// limit caps the lookups in flight for one Query.
 	limit int
+	// cache keeps positive answers when CacheAllowedFor is given; nil otherwise.
+	cache *positiveCache
 }
 
 // NewAPIResolver returns a resolver over c that keeps at most maxInFlight lookups of one Query
 // in flight (a StatefulSet with many replicas asks for one Lease per ordinal); 0 means 16.
-func NewAPIResolver(c kubernetes.Interface, maxInFlight int) *APIResolver {
+func NewAPIResolver(c kubernetes.Interface, maxInFlight int, opts ...ResolverOption) *APIResolver {
 	if maxInFlight <= 0 {
 		maxInFlight = 16
 	}
-	return &APIResolver{client: c, limit: maxInFlight}
+	r := &APIResolver{client: c, limit: maxInFlight}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 // ServiceAccountGroups are the groups a ServiceAccount token authenticates with; access is
@@ -88,6 +95,11 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 		})
 	}
 	for _, name := range q.ServiceAccounts {
+		key := types.NamespacedName{Namespace: q.Namespace, Name: name}
+		if fact, ok := r.cache.serviceAccount(key); ok {
+			out.ServiceAccounts[name] = fact
+			continue
+		}
 		run(func() {
 			fact := ServiceAccountFact{}
 			sa, err := r.client.CoreV1().ServiceAccounts(q.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -99,14 +111,20 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 			default:
 				fact.Annotations = sa.Annotations
 			}
+			r.cache.keepServiceAccount(key, fact)
 			mu.Lock()
 			out.ServiceAccounts[name] = fact
 			mu.Unlock()
 		})
 	}
 	for _, c := range q.Access {
+		if fact, ok := r.cache.accessFact(c); ok {
+			out.Access[c] = fact
+			continue
+		}
 		run(func() {
 			fact := r.access(ctx, c)
+			r.cache.keepAccess(c, fact)
 			mu.Lock()
 			out.Access[c] = fact
 			mu.Unlock()

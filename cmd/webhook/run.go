@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -86,14 +87,17 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		return err
 	}
 	lookups := rest.CopyConfig(cfg)
-	// A review's lookups go out together; client-go's default 5 QPS would queue them.
-	lookups.QPS, lookups.Burst = 50, 100
+	// No client-side rate limit on the lookups: each answers a review the API server is waiting
+	// on, so a token bucket here only queues the API server behind itself (at 50 QPS, eight armed
+	// reviews in flight waited ~1 s each). The API server's priority and fairness bounds the load,
+	// and the number of reviews in flight is bounded by the API server's own admission calls.
+	lookups.QPS, lookups.Burst = -1, 0
 	cs, err := kubernetes.NewForConfig(lookups)
 	if err != nil {
 		return fmt.Errorf("creating the API client: %w", err)
 	}
 	handler := &webhook.Handler{
-		Resolver: webhook.NewAPIResolver(cs, 0),
+		Resolver: webhook.NewAPIResolver(cs, 0, webhook.CacheAllowedFor(o.cacheAllowedTTL, clock.RealClock{})),
 		Policy:   webhook.Policy{RequireLiveLease: o.requireLiveLease},
 		Metrics:  metrics,
 		Log:      log.WithName("guard"),
@@ -147,7 +151,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	}
 
 	log.Info("starting", "webhookPort", o.webhookPort, "certDir", o.certDir, "certRotation", o.certRotation,
-		"namespace", o.namespace, "requireLiveLease", o.requireLiveLease, "metrics", o.metricsAddr, "probes", o.probeAddr)
+		"namespace", o.namespace, "requireLiveLease", o.requireLiveLease, "cacheAllowedTTL", o.cacheAllowedTTL, "metrics", o.metricsAddr, "probes", o.probeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}

@@ -1,0 +1,87 @@
+package webhook_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/webhook"
+)
+
+// Only positive answers are kept, and only for the TTL: a refusal clears the moment the operator
+// fixes it, and Leases and ConfigMaps are read on every review.
+func TestCacheAllowedForKeepsOnlyPositiveAnswers(t *testing.T) {
+	cs := fake.NewClientset(
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "writer", Namespace: ns}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: ns}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-shard-00000000", Namespace: ns}},
+	)
+	allowed := map[string]bool{"get": true, "create": true, "update": false}
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+		sar.Status.Allowed = allowed[sar.Spec.ResourceAttributes.Verb]
+		return true, sar, nil
+	})
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+	r := webhook.NewAPIResolver(cs, 4, webhook.CacheAllowedFor(10*time.Second, clk))
+	writer := types.NamespacedName{Namespace: ns, Name: "writer"}
+	q := webhook.Query{
+		Namespace:       ns,
+		ConfigMaps:      []string{"flags"},
+		ServiceAccounts: []string{"writer", "missing"},
+		Access: []webhook.AccessCheck{{ServiceAccount: writer, Namespace: ns, Verb: "get"},
+			{ServiceAccount: writer, Namespace: ns, Verb: "create"}, {ServiceAccount: writer, Namespace: ns, Verb: "update"}},
+		Leases: []types.NamespacedName{{Namespace: ns, Name: "ehdb-shard-00000000"}},
+	}
+	calls := func() map[string]int {
+		n := map[string]int{}
+		for _, a := range cs.Actions() {
+			n[a.GetVerb()+" "+a.GetResource().Resource]++
+		}
+		cs.ClearActions()
+		return n
+	}
+	want := func(step string, got, want map[string]int) {
+		t.Helper()
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: %d × %s, want %d (all: %v)", step, got[k], k, v, got)
+			}
+		}
+	}
+
+	f := r.Resolve(context.Background(), q)
+	if !f.Access[q.Access[0]].Allowed || f.Access[q.Access[2]].Allowed || !f.ServiceAccounts["missing"].NotFound {
+		t.Fatalf("first answers wrong: %+v %+v", f.Access, f.ServiceAccounts)
+	}
+	want("first review", calls(), map[string]int{"get serviceaccounts": 2, "create subjectaccessreviews": 3, "get configmaps": 1, "get leases": 1})
+
+	clk.SetTime(clk.Now().Add(9 * time.Second))
+	f = r.Resolve(context.Background(), q)
+	if !f.Access[q.Access[1]].Allowed || f.ServiceAccounts["writer"].NotFound {
+		t.Fatalf("cached answers wrong: %+v %+v", f.Access, f.ServiceAccounts)
+	}
+	// Kept: the existing SA and the two allowed reviews. Asked again: the missing SA, the refused
+	// review, the ConfigMap and the Lease.
+	want("within the TTL", calls(), map[string]int{"get serviceaccounts": 1, "create subjectaccessreviews": 1, "get configmaps": 1, "get leases": 1})
+
+	allowed["update"] = true // the operator fixed the binding: seen at once
+	if f = r.Resolve(context.Background(), q); !f.Access[q.Access[2]].Allowed {
+		t.Fatal("a fixed binding is still refused: a negative answer was cached")
+	}
+	calls()
+
+	clk.SetTime(clk.Now().Add(2 * time.Second)) // past the first answers' TTL
+	r.Resolve(context.Background(), q)
+	want("after the TTL", calls(), map[string]int{"get serviceaccounts": 2, "create subjectaccessreviews": 2})
+}

@@ -12,7 +12,8 @@ import (
 type ResolverOption func(*APIResolver)
 
 // CacheAllowedFor keeps two kinds of answer for ttl: a ServiceAccount that exists (with its
-// annotations), and a SubjectAccessReview that allowed. Nothing else is ever cached.
+// annotations), and a SubjectAccessReview that allowed (plus the default ServiceAccount's review,
+// which only feeds a warning; see keepAccess). Nothing else is ever cached.
 //
 // Why these and only these: a refusal must clear the moment the operator fixes what it named, so
 // no negative answer is kept; a Lease's liveness and a ConfigMap's value are the facts the order
@@ -101,8 +102,12 @@ func (c *positiveCache) accessFact(k AccessCheck) (AccessFact, bool) {
 	return lookup(c, c.access, k)
 }
 
+// keepAccess keeps an allowed review. It also keeps a refused one for the namespace's default
+// ServiceAccount: that review only decides a warning (the default account should not be able to
+// write Leases), never whether an object is admitted, so a stale answer can only delay a warning —
+// and it is asked on every armed review, where it is normally refused.
 func (c *positiveCache) keepAccess(k AccessCheck, f AccessFact) {
-	if c != nil && f.Err == nil && f.Allowed {
+	if c != nil && f.Err == nil && (f.Allowed || k.ServiceAccount.Name == "default") {
 		store(c, c.access, k, f)
 	}
 }

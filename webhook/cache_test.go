@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestCacheAllowedForKeepsOnlyPositiveAnswers(t *testing.T) {
 	allowed := map[string]bool{"get": true, "create": true, "update": false}
 	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
-		sar.Status.Allowed = allowed[sar.Spec.ResourceAttributes.Verb]
+		sar.Status.Allowed = allowed[sar.Spec.ResourceAttributes.Verb] && !strings.HasSuffix(sar.Spec.User, ":default")
 		return true, sar, nil
 	})
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
@@ -40,7 +41,9 @@ func TestCacheAllowedForKeepsOnlyPositiveAnswers(t *testing.T) {
 		ConfigMaps:      []string{"flags"},
 		ServiceAccounts: []string{"writer", "missing"},
 		Access: []webhook.AccessCheck{{ServiceAccount: writer, Namespace: ns, Verb: "get"},
-			{ServiceAccount: writer, Namespace: ns, Verb: "create"}, {ServiceAccount: writer, Namespace: ns, Verb: "update"}},
+			{ServiceAccount: writer, Namespace: ns, Verb: "create"}, {ServiceAccount: writer, Namespace: ns, Verb: "update"},
+			// The default account's review only feeds a warning: kept whatever it says.
+			{ServiceAccount: types.NamespacedName{Namespace: ns, Name: "default"}, Namespace: ns, Verb: "update"}},
 		Leases: []types.NamespacedName{{Namespace: ns, Name: "ehdb-shard-00000000"}},
 	}
 	calls := func() map[string]int {
@@ -64,15 +67,15 @@ func TestCacheAllowedForKeepsOnlyPositiveAnswers(t *testing.T) {
 	if !f.Access[q.Access[0]].Allowed || f.Access[q.Access[2]].Allowed || !f.ServiceAccounts["missing"].NotFound {
 		t.Fatalf("first answers wrong: %+v %+v", f.Access, f.ServiceAccounts)
 	}
-	want("first review", calls(), map[string]int{"get serviceaccounts": 2, "create subjectaccessreviews": 3, "get configmaps": 1, "get leases": 1})
+	want("first review", calls(), map[string]int{"get serviceaccounts": 2, "create subjectaccessreviews": 4, "get configmaps": 1, "get leases": 1})
 
 	clk.SetTime(clk.Now().Add(9 * time.Second))
 	f = r.Resolve(context.Background(), q)
 	if !f.Access[q.Access[1]].Allowed || f.ServiceAccounts["writer"].NotFound {
 		t.Fatalf("cached answers wrong: %+v %+v", f.Access, f.ServiceAccounts)
 	}
-	// Kept: the existing SA and the two allowed reviews. Asked again: the missing SA, the refused
-	// review, the ConfigMap and the Lease.
+	// Kept: the existing SA, the two allowed reviews and the default account's. Asked again: the
+	// missing SA, the writer's refused review, the ConfigMap and the Lease.
 	want("within the TTL", calls(), map[string]int{"get serviceaccounts": 1, "create subjectaccessreviews": 1, "get configmaps": 1, "get leases": 1})
 
 	allowed["update"] = true // the operator fixed the binding: seen at once
@@ -83,5 +86,5 @@ func TestCacheAllowedForKeepsOnlyPositiveAnswers(t *testing.T) {
 
 	clk.SetTime(clk.Now().Add(2 * time.Second)) // past the first answers' TTL
 	r.Resolve(context.Background(), q)
-	want("after the TTL", calls(), map[string]int{"get serviceaccounts": 2, "create subjectaccessreviews": 2})
+	want("after the TTL", calls(), map[string]int{"get serviceaccounts": 2, "create subjectaccessreviews": 3})
 }

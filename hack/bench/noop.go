@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -28,17 +25,8 @@ type noopWebhook struct {
 // startNoopWebhook serves the no-op webhook until ctx ends.
 func startNoopWebhook(ctx context.Context, dir string) (*noopWebhook, error) {
 	certDir := filepath.Join(dir, "noop-webhook-certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return nil, err
-	}
-	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", nil, nil)
+	certPEM, err := harness.LoopbackCert(certDir)
 	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(
-		os.WriteFile(filepath.Join(certDir, "tls.crt"), certPEM, 0o600),
-		os.WriteFile(filepath.Join(certDir, "tls.key"), keyPEM, 0o600),
-	); err != nil {
 		return nil, err
 	}
 	port, err := harness.FreePort()

@@ -46,17 +46,8 @@ func StartWebhook(ctx context.Context, c *testcluster.Cluster, bin, ns, rel, dir
 		return nil, err
 	}
 	certDir := filepath.Join(dir, "webhook-certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return nil, err
-	}
-	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", nil, nil)
+	certPEM, err := LoopbackCert(certDir)
 	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(
-		os.WriteFile(filepath.Join(certDir, "tls.crt"), certPEM, 0o600),
-		os.WriteFile(filepath.Join(certDir, "tls.key"), keyPEM, 0o600),
-	); err != nil {
 		return nil, err
 	}
 	kubeconfig := filepath.Join(dir, "webhook.kubeconfig")
@@ -153,4 +144,24 @@ func (w *Webhook) Stop() {
 		_ = w.cmd.Process.Kill()
 		<-w.done
 	}
+}
+
+// LoopbackCert writes a fresh self-signed serving certificate for 127.0.0.1 into certDir (tls.crt,
+// tls.key, as controller-runtime's webhook server reads them) and returns the certificate, which
+// is also the caBundle a webhook configuration needs to trust it.
+func LoopbackCert(certDir string) ([]byte, error) {
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return nil, err
+	}
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("generating a loopback certificate: %w", err)
+	}
+	if err := errors.Join(
+		os.WriteFile(filepath.Join(certDir, "tls.crt"), certPEM, 0o600),
+		os.WriteFile(filepath.Join(certDir, "tls.key"), keyPEM, 0o600),
+	); err != nil {
+		return nil, err
+	}
+	return certPEM, nil
 }

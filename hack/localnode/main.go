@@ -352,6 +352,9 @@ func inner(l layout, o options, cmd []string) int {
 func (n *node) run(ctx context.Context, l layout, o options, cmd []string) int {
 	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
 	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
+	// Dies with this process; containers and shims, which outlive their parents by design, are
+	// reached through the cgroup instead.
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.WaitDelay = 30 * time.Second
 	c.Dir = filepath.Join(l.root, "test", "e2e")
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr

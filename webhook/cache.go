@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/utils/clock"
 )
 
@@ -30,6 +31,19 @@ func CacheAllowedFor(ttl time.Duration, clk clock.PassiveClock) ResolverOption {
 			r.cache = &positiveCache{ttl: ttl, clock: clk, sas: map[types.NamespacedName]cached[ServiceAccountFact]{}, access: map[AccessCheck]cached[AccessFact]{}}
 		}
 	}
+}
+
+// ReadLeasesFrom answers Lease lookups from a watch-fed cache (an informer's lister), falling back
+// to a GET when the cache has no such Lease (it may have been created a moment ago).
+//
+// Why a watch is safe here when a TTL cache is not: the cache trails the API server by the watch's
+// delivery delay, milliseconds, not a TTL. The order check asks whether a shard's election has
+// begun minting (held, epoch >= 1, live now); a shard leaves that state only by a crash or a
+// release, and liveness is judged against the current time, so a trailing renewTime only makes
+// a Lease look older than it is. What the cache saves is the one API round trip every armed
+// review would otherwise make while the API server waits on the answer.
+func ReadLeasesFrom(l coordinationlisters.LeaseLister) ResolverOption {
+	return func(r *APIResolver) { r.leases = l }
 }
 
 // maxCached bounds the cache; past it, expired entries go, and if that is not enough, all do.

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	k8stesting "k8s.io/client-go/testing"
+	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/noetl/ehdb-election/webhook"
@@ -87,4 +90,44 @@ func TestCacheAllowedForKeepsOnlyPositiveAnswers(t *testing.T) {
 	clk.SetTime(clk.Now().Add(2 * time.Second)) // past the first answers' TTL
 	r.Resolve(context.Background(), q)
 	want("after the TTL", calls(), map[string]int{"get serviceaccounts": 2, "create subjectaccessreviews": 3})
+}
+
+// Leases come from the watch when it has them, and from a GET when it does not (a Lease created a
+// moment ago may not have arrived yet): a miss is never taken as "absent".
+func TestReadLeasesFromAWatchFallsBackToAGet(t *testing.T) {
+	cs := fake.NewClientset(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "ehdb-shard-00000001", Namespace: ns},
+		Spec:       coordinationv1.LeaseSpec{LeaseTransitions: ptrTo[int32](4)},
+	})
+	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+	if err := indexer.Add(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "ehdb-shard-00000000", Namespace: ns},
+		Spec:       coordinationv1.LeaseSpec{LeaseTransitions: ptrTo[int32](7)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := webhook.NewAPIResolver(cs, 4, webhook.ReadLeasesFrom(coordinationlisters.NewLeaseLister(indexer)))
+	watched, fresh, absent := types.NamespacedName{Namespace: ns, Name: "ehdb-shard-00000000"},
+		types.NamespacedName{Namespace: ns, Name: "ehdb-shard-00000001"}, types.NamespacedName{Namespace: ns, Name: "ehdb-shard-00000002"}
+	f := r.Resolve(context.Background(), webhook.Query{Leases: []types.NamespacedName{watched, fresh, absent}})
+
+	if got := f.Leases[watched]; got.Err != nil || got.NotFound || *got.Spec.LeaseTransitions != 7 {
+		t.Errorf("watched Lease: %+v", got)
+	}
+	if got := f.Leases[fresh]; got.Err != nil || got.NotFound || *got.Spec.LeaseTransitions != 4 {
+		t.Errorf("Lease the watch has not delivered yet: %+v", got)
+	}
+	if got := f.Leases[absent]; !got.NotFound {
+		t.Errorf("absent Lease: %+v", got)
+	}
+	var gets []string
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == "leases" {
+			gets = append(gets, a.(k8stesting.GetAction).GetName())
+		}
+	}
+	slices.Sort(gets)
+	if !slices.Equal(gets, []string{fresh.Name, absent.Name}) {
+		t.Errorf("GETs = %v, want only the two the watch lacked", gets)
+	}
 }

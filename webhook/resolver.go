@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 )
 
 // APIResolver answers Queries from the API server with plain GETs and SubjectAccessReviews, all
@@ -27,13 +28,15 @@ import (
 // or use envFrom, and an unarmed object costs no lookup at all.
 //
 // It needs exactly: get on configmaps, serviceaccounts and coordination.k8s.io leases, and
-// create on subjectaccessreviews.
+// create on subjectaccessreviews (and list and watch on leases for ReadLeasesFrom's informer).
 type APIResolver struct {
 	client kubernetes.Interface
 	// limit caps the lookups in flight for one Query.
 	limit int
 	// cache keeps positive answers when CacheAllowedFor is given; nil otherwise.
 	cache *positiveCache
+	// leases answers Lease lookups from a watch when ReadLeasesFrom is given; nil otherwise.
+	leases coordinationlisters.LeaseLister
 }
 
 // NewAPIResolver returns a resolver over c that keeps at most maxInFlight lookups of one Query
@@ -131,6 +134,12 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 		})
 	}
 	for _, key := range q.Leases {
+		if r.leases != nil {
+			if l, err := r.leases.Leases(key.Namespace).Get(key.Name); err == nil {
+				out.Leases[key] = LeaseFact{Spec: *l.Spec.DeepCopy()}
+				continue
+			}
+		}
 		run(func() {
 			fact := LeaseFact{}
 			l, err := r.client.CoordinationV1().Leases(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})

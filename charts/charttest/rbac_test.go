@@ -86,13 +86,15 @@ func TestRBACMatrix(t *testing.T) {
 	t.Run("webhook", func(t *testing.T) {
 		rows := []access{
 			{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
-			// Single objects by name, anywhere; never a list or a watch.
+			// ServiceAccounts and ConfigMaps by name only; Leases read and watched (--watch-leases).
 			{"get", "", "serviceaccounts", other, "noetl-cmdbus-writer", true},
 			{"get", "", "configmaps", other, "writer-env", true},
 			{"get", coord, "leases", other, "ehdb-shard-00000000", true},
 			{"list", "", "serviceaccounts", other, "", false},
 			{"list", "", "configmaps", other, "", false},
-			{"watch", coord, "leases", other, "", false},
+			{"watch", "", "configmaps", other, "", false},
+			{"watch", coord, "leases", other, "", true},
+			{"list", coord, "leases", "", "", true},
 			{"update", coord, "leases", ns, "ehdb-shard-00000000", false},
 			{"create", "", "serviceaccounts", ns, "", false},
 			// Its own Secret, by name only.

@@ -197,7 +197,7 @@ func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
 	base := []rbacv1.PolicyRule{
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	tlsVerbs := []string{"get", "list", "watch", "update", "patch"}
 	cases := []struct {

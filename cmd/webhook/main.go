@@ -42,6 +42,7 @@ type options struct {
 	probeAddr         string
 	requireLiveLease  bool
 	cacheAllowedTTL   time.Duration
+	watchLeases       bool
 	logLevel          string
 
 	// Not flags. extraDNSNames are added to the rotated serving certificate (tests reach the
@@ -66,6 +67,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "address of /metrics; \"0\" disables it")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&o.requireLiveLease, "require-live-lease", true, "on the transition to armed, require every shard's Lease to be live, held and at epoch >= 1")
+	fs.BoolVar(&o.watchLeases, "watch-leases", true, "read Leases for the order check from a watch (needs list and watch on leases) instead of a GET per review; /readyz waits for its first sync")
 	fs.DurationVar(&o.cacheAllowedTTL, "cache-allowed-ttl", 10*time.Second, "keep positive answers (a ServiceAccount that exists, an access review that allowed) this long; refusals, Leases and ConfigMaps are never cached; 0 disables")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {

@@ -173,7 +173,7 @@ func webhookIdentity(t *testing.T, c *testcluster.Cluster, ns, secretName, vwcNa
 	cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-webhook-" + ns}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, ResourceNames: []string{vwcName}, Verbs: tls},
 	}}
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, cr, metav1.CreateOptions{}); err != nil {

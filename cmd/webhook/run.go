@@ -15,8 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -96,8 +98,16 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	if err != nil {
 		return fmt.Errorf("creating the API client: %w", err)
 	}
+	resolverOpts := []webhook.ResolverOption{webhook.CacheAllowedFor(o.cacheAllowedTTL, clock.RealClock{})}
+	if o.watchLeases {
+		leases, err := watchLeases(mgr, cs)
+		if err != nil {
+			return err
+		}
+		resolverOpts = append(resolverOpts, webhook.ReadLeasesFrom(leases))
+	}
 	handler := &webhook.Handler{
-		Resolver: webhook.NewAPIResolver(cs, 0, webhook.CacheAllowedFor(o.cacheAllowedTTL, clock.RealClock{})),
+		Resolver: webhook.NewAPIResolver(cs, 0, resolverOpts...),
 		Policy:   webhook.Policy{RequireLiveLease: o.requireLiveLease},
 		Metrics:  metrics,
 		Log:      log.WithName("guard"),
@@ -151,7 +161,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	}
 
 	log.Info("starting", "webhookPort", o.webhookPort, "certDir", o.certDir, "certRotation", o.certRotation,
-		"namespace", o.namespace, "requireLiveLease", o.requireLiveLease, "cacheAllowedTTL", o.cacheAllowedTTL, "metrics", o.metricsAddr, "probes", o.probeAddr)
+		"namespace", o.namespace, "requireLiveLease", o.requireLiveLease, "cacheAllowedTTL", o.cacheAllowedTTL, "watchLeases", o.watchLeases, "metrics", o.metricsAddr, "probes", o.probeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}
@@ -166,3 +176,33 @@ type configOverride struct {
 }
 
 func (m *configOverride) GetConfig() *rest.Config { return m.cfg }
+
+// watchLeases runs an informer over every namespace's Leases for the life of the manager and
+// returns its lister. /readyz stays false until the first list has arrived: before that, every
+// lookup would fall back to a GET, which is correct but not what a ready replica should cost.
+func watchLeases(mgr manager.Manager, cs kubernetes.Interface) (coordinationlisters.LeaseLister, error) {
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	leases := factory.Coordination().V1().Leases()
+	inf := leases.Informer()
+	// The order check reads spec only; managed fields are most of a Lease's bytes.
+	if err := inf.SetTransform(cache.TransformStripManagedFields()); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		factory.Start(ctx.Done())
+		<-ctx.Done()
+		factory.Shutdown()
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("leases-synced", func(*http.Request) error {
+		if !inf.HasSynced() {
+			return errors.New("the Lease watch has not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return leases.Lister(), nil
+}

@@ -24,23 +24,23 @@ func TestFlagsMatchTheContract(t *testing.T) {
 	}
 	want := options{namespace: "ehdb-system", webhookPort: 9443, certDir: "/certs", certRotation: true,
 		certSecretName: "ehdb-election-webhook-tls", serviceName: "ehdb-election-webhook", webhookConfigName: "ehdb-election",
-		metricsAddr: ":8080", probeAddr: ":8081", requireLiveLease: true, cacheAllowedTTL: 10 * time.Second, logLevel: "info", shutdownTimeout: 30 * time.Second}
+		metricsAddr: ":8080", probeAddr: ":8081", requireLiveLease: true, cacheAllowedTTL: 10 * time.Second, watchLeases: true, logLevel: "info", shutdownTimeout: 30 * time.Second}
 	if o.kubeconfig != "" || o.webhookHost != "" || o.namespace != want.namespace || o.webhookPort != want.webhookPort ||
 		o.certDir != want.certDir || o.certRotation != want.certRotation || o.certSecretName != want.certSecretName ||
 		o.serviceName != want.serviceName || o.webhookConfigName != want.webhookConfigName || o.metricsAddr != want.metricsAddr ||
-		o.probeAddr != want.probeAddr || o.requireLiveLease != want.requireLiveLease || o.cacheAllowedTTL != want.cacheAllowedTTL || o.logLevel != want.logLevel {
+		o.probeAddr != want.probeAddr || o.requireLiveLease != want.requireLiveLease || o.cacheAllowedTTL != want.cacheAllowedTTL || o.watchLeases != want.watchLeases || o.logLevel != want.logLevel {
 		t.Fatalf("defaults %+v, want %+v", o, want)
 	}
 	o, err = parseFlags([]string{"--kubeconfig=/k", "--namespace=n", "--webhook-port=10250", "--webhook-host=127.0.0.1",
 		"--cert-dir=/c", "--cert-rotation=false", "--cert-secret-name=s", "--service-name=svc", "--webhook-config-name=w",
-		"--metrics-bind-address=:1", "--health-probe-bind-address=:2", "--require-live-lease=false", "--cache-allowed-ttl=0s", "--log-level=debug"},
+		"--metrics-bind-address=:1", "--health-probe-bind-address=:2", "--require-live-lease=false", "--cache-allowed-ttl=0s", "--watch-leases=false", "--log-level=debug"},
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.kubeconfig != "/k" || o.namespace != "n" || o.webhookPort != 10250 || o.webhookHost != "127.0.0.1" || o.certDir != "/c" ||
 		o.certRotation || o.certSecretName != "s" || o.serviceName != "svc" || o.webhookConfigName != "w" || o.metricsAddr != ":1" ||
-		o.probeAddr != ":2" || o.requireLiveLease || o.cacheAllowedTTL != 0 || o.logLevel != "debug" {
+		o.probeAddr != ":2" || o.requireLiveLease || o.cacheAllowedTTL != 0 || o.watchLeases || o.logLevel != "debug" {
 		t.Fatalf("parsed %+v", o)
 	}
 	for _, bad := range [][]string{

@@ -35,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/noetl/ehdb-election/internal/childproc"
 	"github.com/noetl/ehdb-election/internal/repo"
 )
 
@@ -389,9 +390,9 @@ func (n *node) run(ctx context.Context, l layout, o options, cmd []string) int {
 
 // dumpLogs prints the end of every component's log, for a failure nobody can look into later.
 func (n *node) dumpLogs() {
-	for _, p := range []*proc{n.containerd, n.kubelet, n.proxy, n.scheduler} {
+	for _, p := range []*childproc.Process{n.containerd, n.kubelet, n.proxy, n.scheduler} {
 		if p != nil {
-			logf("--- last lines of %s ---\n%s", p.logPath, p.logTail(25))
+			logf("--- last lines of %s ---\n%s", p.LogPath, p.LogTail(25))
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/noetl/ehdb-election/internal/childproc"
 	"github.com/noetl/ehdb-election/internal/testcluster"
 )
 
@@ -31,10 +32,10 @@ const (
 type node struct {
 	l           layout
 	cluster     *testcluster.Cluster
-	containerd  *proc
-	kubelet     *proc
-	proxy       *proc
-	scheduler   *proc
+	containerd  *childproc.Process
+	kubelet     *childproc.Process
+	proxy       *childproc.Process
+	scheduler   *childproc.Process
 	proxyHealth string
 	timings     []string
 	started     time.Time
@@ -111,7 +112,7 @@ func (n *node) up(ctx context.Context, l layout, imgs []imageSpec) error {
 	}
 	n.mark(fmt.Sprintf("containerd up, %d images imported", len(imgs)))
 
-	ports, err := freePorts(5)
+	ports, err := childproc.FreePorts(5)
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func (n *node) up(ctx context.Context, l layout, imgs []imageSpec) error {
 	}
 
 	n.proxyHealth = fmt.Sprintf("http://127.0.0.1:%d/healthz", proxyHealth)
-	n.proxy = &proc{name: "kube-proxy", bin: filepath.Join(l.k8sBin, "kube-proxy"), logPath: filepath.Join(state, "logs", "kube-proxy.log"), args: []string{
+	n.proxy = &childproc.Process{Name: "kube-proxy", Bin: filepath.Join(l.k8sBin, "kube-proxy"), LogPath: filepath.Join(state, "logs", "kube-proxy.log"), Args: []string{
 		"--kubeconfig=" + proxyKC,
 		"--hostname-override=" + nodeName,
 		"--proxy-mode=iptables",
@@ -150,7 +151,7 @@ func (n *node) up(ctx context.Context, l layout, imgs []imageSpec) error {
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(proxyMetrics),
 		"--v=1",
 	}}
-	n.scheduler = &proc{name: "kube-scheduler", bin: filepath.Join(l.k8sBin, "kube-scheduler"), logPath: filepath.Join(state, "logs", "kube-scheduler.log"), args: []string{
+	n.scheduler = &childproc.Process{Name: "kube-scheduler", Bin: filepath.Join(l.k8sBin, "kube-scheduler"), LogPath: filepath.Join(state, "logs", "kube-scheduler.log"), Args: []string{
 		"--kubeconfig=" + schedKC,
 		"--authentication-kubeconfig=" + schedKC,
 		"--authorization-kubeconfig=" + schedKC,
@@ -169,7 +170,7 @@ func (n *node) up(ctx context.Context, l layout, imgs []imageSpec) error {
 	if err := os.WriteFile(kubeletConfig, []byte(kubeletConfigYAML(c.CAFile(), n.socket(), resolv, filepath.Join(state, "pod-logs"), kubeletPort, kubeletHealth)), 0o644); err != nil {
 		return err
 	}
-	n.kubelet = &proc{name: "kubelet", bin: filepath.Join(l.k8sBin, "kubelet"), logPath: filepath.Join(state, "logs", "kubelet.log"), args: []string{
+	n.kubelet = &childproc.Process{Name: "kubelet", Bin: filepath.Join(l.k8sBin, "kubelet"), LogPath: filepath.Join(state, "logs", "kubelet.log"), Args: []string{
 		"--config=" + kubeletConfig,
 		"--kubeconfig=" + kubeletKC,
 		"--root-dir=" + filepath.Join(state, "kubelet"),
@@ -178,8 +179,8 @@ func (n *node) up(ctx context.Context, l layout, imgs []imageSpec) error {
 		"--node-ip=" + nodeAddr,
 		"--v=1",
 	}}
-	for _, p := range []*proc{n.proxy, n.scheduler, n.kubelet} {
-		if err := p.start(); err != nil {
+	for _, p := range []*childproc.Process{n.proxy, n.scheduler, n.kubelet} {
+		if err := p.Start(); err != nil {
 			return err
 		}
 	}
@@ -235,8 +236,8 @@ func (n *node) startContainerd(ctx context.Context, imgs []imageSpec) error {
 	if err := os.WriteFile(filepath.Join(state, "cni", "net.d", "10-ehdb-localnode.conflist"), []byte(cniConfig(state)), 0o644); err != nil {
 		return err
 	}
-	n.containerd = &proc{name: "containerd", bin: "containerd", logPath: filepath.Join(state, "logs", "containerd.log"), args: []string{"--config=" + cfg}}
-	if err := n.containerd.start(); err != nil {
+	n.containerd = &childproc.Process{Name: "containerd", Bin: "containerd", LogPath: filepath.Join(state, "logs", "containerd.log"), Args: []string{"--config=" + cfg}}
+	if err := n.containerd.Start(); err != nil {
 		return err
 	}
 	if err := n.waitFor(ctx, 30*time.Second, "containerd serves its socket", n.containerd, func(ctx context.Context) error {
@@ -264,12 +265,12 @@ func (n *node) startContainerd(ctx context.Context, imgs []imageSpec) error {
 }
 
 // waitFor polls cond until it holds, failing early with the component's log if it exits.
-func (n *node) waitFor(ctx context.Context, timeout time.Duration, what string, p *proc, cond func(context.Context) error) error {
+func (n *node) waitFor(ctx context.Context, timeout time.Duration, what string, p *childproc.Process, cond func(context.Context) error) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
-		if p.exited() {
-			return fmt.Errorf("waiting until %s: %s exited: %v\n--- last lines of %s ---\n%s", what, p.name, p.err, p.logPath, p.logTail(30))
+		if p.Exited() {
+			return fmt.Errorf("waiting until %s: %s exited: %v\n--- last lines of %s ---\n%s", what, p.Name, p.Err(), p.LogPath, p.LogTail(30))
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		last = cond(cctx)
@@ -278,7 +279,7 @@ func (n *node) waitFor(ctx context.Context, timeout time.Duration, what string, 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("waiting until %s: %v\n--- last lines of %s ---\n%s", what, last, p.logPath, p.logTail(30))
+			return fmt.Errorf("waiting until %s: %v\n--- last lines of %s ---\n%s", what, last, p.LogPath, p.LogTail(30))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -324,13 +325,13 @@ func memory() string {
 // themselves, with the bridges, rules and KUBE-* chains, end with this process.
 func (n *node) down() error {
 	var errs []error
-	for _, p := range []*proc{n.kubelet, n.proxy, n.scheduler} {
+	for _, p := range []*childproc.Process{n.kubelet, n.proxy, n.scheduler} {
 		if p != nil {
-			errs = append(errs, p.stop(10*time.Second))
+			errs = append(errs, p.Stop(10*time.Second))
 		}
 	}
 	if n.containerd != nil {
-		errs = append(errs, n.containerd.stop(10*time.Second))
+		errs = append(errs, n.containerd.Stop(10*time.Second))
 	}
 	// Containers and shims: whatever is still in the node's cgroup besides the control plane and
 	// this process (those stop below, by their own handles).
@@ -375,25 +376,6 @@ func mountsUnder(dir string) []string {
 		}
 	}
 	return out
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func containerdConfig(state, socket string) string {

@@ -7,11 +7,11 @@ package harness
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 
+	"github.com/noetl/ehdb-election/internal/childproc"
 	"github.com/noetl/ehdb-election/internal/repo"
 )
 
@@ -34,10 +34,9 @@ func Build() (string, error) {
 
 // FreePort asks the kernel for a free loopback port.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := childproc.FreePorts(1)
 	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }

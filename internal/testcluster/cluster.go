@@ -30,6 +30,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/internal/childproc"
 )
 
 // Cluster is a running API server and how to reach it.
@@ -43,9 +45,9 @@ type Cluster struct {
 	dir       string
 	pki       *pki
 	clientset kubernetes.Interface
-	etcd      *process
-	apiserver *process
-	kcm       *process
+	etcd      *childproc.Process
+	apiserver *childproc.Process
+	kcm       *childproc.Process
 }
 
 // Options tune a local control plane.
@@ -134,7 +136,7 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 	if err := p.serviceAccountKeys(); err != nil {
 		return err
 	}
-	ports, err := freePorts(4)
+	ports, err := childproc.FreePorts(4)
 	if err != nil {
 		return err
 	}
@@ -161,7 +163,7 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
-	c.etcd = &process{name: "etcd", bin: filepath.Join(bins, "etcd"), logPath: filepath.Join(c.dir, "etcd.log"), args: []string{
+	c.etcd = &childproc.Process{Name: "etcd", Bin: filepath.Join(bins, "etcd"), LogPath: filepath.Join(c.dir, "etcd.log"), Args: []string{
 		"--name=default",
 		"--data-dir=" + filepath.Join(c.dir, "etcd"),
 		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
@@ -188,7 +190,7 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 			"--kubelet-preferred-address-types=InternalIP",
 		}
 	}
-	c.apiserver = &process{name: "kube-apiserver", bin: filepath.Join(bins, "kube-apiserver"), logPath: filepath.Join(c.dir, "kube-apiserver.log"), args: append([]string{
+	c.apiserver = &childproc.Process{Name: "kube-apiserver", Bin: filepath.Join(bins, "kube-apiserver"), LogPath: filepath.Join(c.dir, "kube-apiserver.log"), Args: append([]string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=" + bind,
 		"--advertise-address=" + bind,
@@ -213,7 +215,7 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 		"--profiling=false",
 		"--v=1",
 	}, append(nodeFlags, opts.ExtraAPIServerFlags...)...)}
-	c.kcm = &process{name: "kube-controller-manager", bin: filepath.Join(bins, "kube-controller-manager"), logPath: filepath.Join(c.dir, "kube-controller-manager.log"), args: []string{
+	c.kcm = &childproc.Process{Name: "kube-controller-manager", Bin: filepath.Join(bins, "kube-controller-manager"), LogPath: filepath.Join(c.dir, "kube-controller-manager.log"), Args: []string{
 		"--kubeconfig=" + kcmKubeconfig,
 		"--authentication-kubeconfig=" + kcmKubeconfig,
 		"--authorization-kubeconfig=" + kcmKubeconfig,
@@ -229,13 +231,13 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 		"--v=1",
 	}}
 
-	if err := c.etcd.start(); err != nil {
+	if err := c.etcd.Start(); err != nil {
 		return err
 	}
 	if err := c.StartAPIServer(ctx); err != nil {
 		return err
 	}
-	if err := c.kcm.start(); err != nil {
+	if err := c.kcm.Start(); err != nil {
 		return err
 	}
 	// The default ServiceAccount appearing proves the controller-manager runs and can write:
@@ -252,10 +254,10 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	if !c.local {
 		return errors.New("starting the API server is only possible on the local control plane")
 	}
-	if !c.apiserver.exited() {
+	if !c.apiserver.Exited() {
 		return nil
 	}
-	if err := c.apiserver.start(); err != nil {
+	if err := c.apiserver.Start(); err != nil {
 		return err
 	}
 	return c.waitFor(ctx, c.apiserver, 90*time.Second, func(ctx context.Context) (bool, error) {
@@ -271,7 +273,7 @@ func (c *Cluster) StopAPIServer() error {
 	if !c.local {
 		return errors.New("stopping the API server is only possible on the local control plane")
 	}
-	return c.apiserver.stop(2 * time.Second)
+	return c.apiserver.Stop(2 * time.Second)
 }
 
 // Local reports whether this is the local control plane (which tests may stop and start).
@@ -280,10 +282,10 @@ func (c *Cluster) Local() bool { return c.local }
 // APIServerPID is the process id of the local kube-apiserver, so a benchmark can read its CPU time
 // from /proc/<pid>/stat; 0 when the cluster is external or the API server is not running.
 func (c *Cluster) APIServerPID() int {
-	if !c.local || c.apiserver == nil || c.apiserver.exited() {
+	if !c.local || c.apiserver == nil || c.apiserver.Exited() {
 		return 0
 	}
-	return c.apiserver.cmd.Process.Pid
+	return c.apiserver.Pid()
 }
 
 // ClientKubeconfig writes a kubeconfig at path that authenticates as user in groups with a client
@@ -314,15 +316,15 @@ func (c *Cluster) CAFile() string {
 func (c *Cluster) Clientset() kubernetes.Interface { return c.clientset }
 
 // waitFor polls cond until it holds, failing early with the component's log if it exits.
-func (c *Cluster) waitFor(ctx context.Context, p *process, timeout time.Duration, cond wait.ConditionWithContextFunc) error {
+func (c *Cluster) waitFor(ctx context.Context, p *childproc.Process, timeout time.Duration, cond wait.ConditionWithContextFunc) error {
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		if p.exited() {
-			return false, fmt.Errorf("%s exited: %v", p.name, p.err)
+		if p.Exited() {
+			return false, fmt.Errorf("%s exited: %v", p.Name, p.Err())
 		}
 		return cond(ctx)
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for %s: %w\n--- last lines of %s ---\n%s", p.name, err, p.logPath, p.logTail(30))
+		return fmt.Errorf("waiting for %s: %w\n--- last lines of %s ---\n%s", p.Name, err, p.LogPath, p.LogTail(30))
 	}
 	return nil
 }
@@ -333,9 +335,9 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	var errs []error
-	for _, p := range []*process{c.kcm, c.apiserver, c.etcd} {
+	for _, p := range []*childproc.Process{c.kcm, c.apiserver, c.etcd} {
 		if p != nil {
-			errs = append(errs, p.stop(15*time.Second))
+			errs = append(errs, p.Stop(15*time.Second))
 		}
 	}
 	if c.dir != "" {
@@ -403,24 +405,4 @@ func writeKubeconfig(path, host string, ca []byte, user *clientcmdapi.AuthInfo) 
 		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
 	}
 	return nil
-}
-
-// freePorts asks the kernel for n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

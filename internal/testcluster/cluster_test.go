@@ -126,7 +126,7 @@ func TestStopLeavesNothingBehind(t *testing.T) {
 	if _, err := c.Clientset().CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
 		t.Fatalf("after restart: %v", err)
 	}
-	pids := []int{c.etcd.cmd.Process.Pid, c.apiserver.cmd.Process.Pid, c.kcm.cmd.Process.Pid}
+	pids := []int{c.etcd.Pid(), c.apiserver.Pid(), c.kcm.Pid()}
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}

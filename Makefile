@@ -34,8 +34,10 @@ lint: ## gofmt and go vet
 OFFLINE := hack/offline.sh
 
 .PHONY: test
-test: controlplane lint ## Everything: unit, chart and end-to-end tests on the local control plane
+test: controlplane lint ## Everything: unit, chart and end-to-end tests on the local control plane, then e2e-node (as root)
 	EHDB_REQUIRE_CLUSTER=1 $(OFFLINE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@if [ "$$(id -u)" = 0 ] && [ -z "$${EHDB_SKIP_NODE:-}" ]; then $(MAKE) --no-print-directory e2e-node; \
+	else echo "test: e2e-node skipped (it needs root; EHDB_SKIP_NODE=$${EHDB_SKIP_NODE:-}): run sudo make e2e-node"; fi
 
 .PHONY: unit
 unit: ## Unit tests only (integration tests skip without a control plane)

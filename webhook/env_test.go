@@ -9,8 +9,9 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// The upstream expansion table (k8s.io/kubernetes third_party/forked/golang/expansion,
-// v1.37), run through expand with the same variables.
+// The kubelet's $(VAR) behaviour, case by case: escapes, references that are unset, empty,
+// nested or unterminated, and a '$' before other runes (the corner cases the kubelet's own
+// expansion tests pin, v1.37).
 func TestExpandMatchesTheKubelet(t *testing.T) {
 	env := &Env{vars: map[string]Value{
 		"VAR_A":     {Text: "A"},
@@ -60,6 +61,9 @@ func TestExpandMatchesTheKubelet(t *testing.T) {
 		{"$£FOO", "$£FOO"},
 		{"prefix-$€-suffix", "prefix-$€-suffix"},
 		{"$中文", "$中文"},
+		{"bad-$\xffbyte", "bad-$\uFFFDbyte"}, // the kubelet decodes the rune after '$'
+		{"$", "$"},
+		{"$()", "$()"},
 	}
 	for _, c := range cases {
 		got := expand(c.in, env)

@@ -6,57 +6,60 @@ import (
 	"unicode/utf8"
 )
 
-// expand is the kubelet's $(VAR) expansion (k8s.io/kubernetes third_party/forked/golang/expansion,
-// v1.37) over a partially known environment: $$ is an escaped $, $(NAME) is replaced by NAME's
-// value when NAME is set and kept literally when it is not, an unterminated "$(" is kept. When a
-// referenced variable's value is unknowable, so is the result.
+// expand resolves $(NAME) references in input with the kubelet's rules, over an environment in
+// which some values may be unknowable:
+//   - "$$" is one literal '$';
+//   - "$(NAME)" becomes NAME's value when NAME is set, and stays as written when it is not;
+//   - an unterminated "$(" stays as written, and scanning goes on right after it;
+//   - '$' before anything else, or at the very end, is literal. The kubelet decodes the one rune
+//     after it, so an invalid UTF-8 byte there comes out as U+FFFD; so does it here.
+//
+// The result is unknowable when any reference it needed is.
 func expand(input string, env *Env) Value {
-	var buf strings.Builder
-	var u *Unknown
-	checkpoint := 0
-	for cursor := 0; cursor < len(input); cursor++ {
-		if input[cursor] == '$' && cursor+1 < len(input) {
-			buf.WriteString(input[checkpoint:cursor])
-			read, isVar, advance := tryReadVariableName(input[cursor+1:])
-			if isVar {
-				if v, ok := env.Lookup(read); ok {
-					if v.Known() {
-						buf.WriteString(v.Text)
-					} else {
-						u = u.merge(v.Unknown)
-					}
-				} else {
-					buf.WriteString("$(" + read + ")")
-				}
-			} else {
-				buf.WriteString(read)
+	var out strings.Builder
+	var unknown *Unknown
+	rest := input
+	for {
+		at := strings.IndexByte(rest, '$')
+		if at < 0 || at == len(rest)-1 {
+			out.WriteString(rest)
+			break
+		}
+		out.WriteString(rest[:at])
+		next := rest[at+1:]
+		switch next[0] {
+		case '$':
+			out.WriteByte('$')
+			rest = next[1:]
+		case '(':
+			end := strings.IndexByte(next, ')')
+			if end < 0 {
+				out.WriteString("$(")
+				rest = next[1:]
+				continue
 			}
-			cursor += advance
-			checkpoint = cursor + 1
+			name := next[1:end]
+			rest = next[end+1:]
+			v, set := env.Lookup(name)
+			switch {
+			case !set:
+				out.WriteString("$(" + name + ")")
+			case v.Known():
+				out.WriteString(v.Text)
+			default:
+				unknown = unknown.merge(v.Unknown)
+			}
+		default:
+			r, size := utf8.DecodeRuneInString(next)
+			out.WriteByte('$')
+			out.WriteRune(r)
+			rest = next[size:]
 		}
 	}
-	if u != nil {
-		return Value{Unknown: u}
+	if unknown != nil {
+		return Value{Unknown: unknown}
 	}
-	return Value{Text: buf.String() + input[checkpoint:]}
-}
-
-// tryReadVariableName is the upstream function of the same name: input starts right after a '$'.
-func tryReadVariableName(input string) (string, bool, int) {
-	r, size := utf8.DecodeRuneInString(input)
-	switch r {
-	case '$':
-		return input[0:size], false, size
-	case '(':
-		for i := 1; i < len(input); i++ {
-			if input[i] == ')' {
-				return input[1:i], true, i + 1
-			}
-		}
-		return "$(", false, 1
-	default:
-		return "$" + string(r), false, size
-	}
+	return Value{Text: out.String()}
 }
 
 func quote(s string) string { return strconv.Quote(s) }

@@ -102,11 +102,10 @@ func kubeletEnv(c *corev1.Container, namespace string, cms, secrets map[string]m
 			tmp[from.Prefix+k] = v
 		}
 	}
-	mapping := mappingFuncFor(tmp)
 	for _, e := range c.Env {
 		val := e.Value
 		if val != "" {
-			val = upstreamExpand(val, mapping)
+			val = modelExpand(val, tmp)
 		} else if e.ValueFrom != nil {
 			var data map[string]string
 			var ok, optional bool
@@ -144,53 +143,45 @@ func kubeletEnv(c *corev1.Container, namespace string, cms, secrets map[string]m
 	return tmp, true
 }
 
-// mappingFuncFor and upstreamExpand are k8s.io/kubernetes third_party/forked/golang/expansion
-// (v1.37) verbatim but for names: the concrete expansion the guard's must agree with.
-func mappingFuncFor(context ...map[string]string) func(string) string {
-	return func(input string) string {
-		for _, vars := range context {
-			if val, ok := vars[input]; ok {
-				return val
-			}
+// modelExpand is the fuzzer's model of the kubelet's $(VAR) expansion, written from the rules
+// (see expand) independently of the guard's code — byte by byte rather than by searching — so that
+// the two agreeing means something. lookup answers only the variables defined so far.
+func modelExpand(s string, lookup map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			i++
+			continue
 		}
-		return "$(" + input + ")"
-	}
-}
-
-func upstreamExpand(input string, mapping func(string) string) string {
-	var buf bytes.Buffer
-	checkpoint := 0
-	for cursor := 0; cursor < len(input); cursor++ {
-		if input[cursor] == '$' && cursor+1 < len(input) {
-			buf.WriteString(input[checkpoint:cursor])
-			read, isVar, advance := upstreamTryRead(input[cursor+1:])
-			if isVar {
-				buf.WriteString(mapping(read))
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i += 2
+		case '(':
+			j := i + 2
+			for j < len(s) && s[j] != ')' {
+				j++
+			}
+			if j == len(s) {
+				b.WriteString("$(")
+				i += 2
+				continue
+			}
+			if v, ok := lookup[s[i+2:j]]; ok {
+				b.WriteString(v)
 			} else {
-				buf.WriteString(read)
+				b.WriteString(s[i : j+1])
 			}
-			cursor += advance
-			checkpoint = cursor + 1
+			i = j + 1
+		default:
+			r, n := utf8.DecodeRuneInString(s[i+1:])
+			b.WriteByte('$')
+			b.WriteRune(r)
+			i += 1 + n
 		}
 	}
-	return buf.String() + input[checkpoint:]
-}
-
-func upstreamTryRead(input string) (string, bool, int) {
-	r, size := utf8.DecodeRuneInString(input)
-	switch r {
-	case '$':
-		return input[0:size], false, size
-	case '(':
-		for i := 1; i < len(input); i++ {
-			if input[i] == ')' {
-				return input[1:i], true, i + 1
-			}
-		}
-		return "$(", false, 1
-	default:
-		return "$" + string(r), false, size
-	}
+	return b.String()
 }
 
 // FuzzEnvResolution checks the guard against the kubelet model over random env programs, in a

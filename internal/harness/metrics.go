@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -46,10 +47,19 @@ func Scrape(url string) (Metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	m, err := ParseMetrics(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("parsing %s: %w", url, err)
+	}
+	return m, nil
+}
+
+// ParseMetrics parses a Prometheus text exposition.
+func ParseMetrics(r io.Reader) (Metrics, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
 	}
 	out := Metrics{}
 	for name, f := range families {

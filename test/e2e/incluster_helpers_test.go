@@ -20,9 +20,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/noetl/ehdb-election/internal/chartinstall"
 	"github.com/noetl/ehdb-election/internal/harness"
 	"github.com/noetl/ehdb-election/internal/testcluster"
@@ -273,35 +270,13 @@ func (s *icSystem) podScrape(ctx context.Context, pod string, port int) (harness
 	return parseExposition(body)
 }
 
-// parseExposition parses a Prometheus text exposition into harness.Metrics (keys as harness.Scrape makes them).
+// parseExposition parses a Prometheus text exposition into harness.Metrics.
 func parseExposition(body []byte) (harness.Metrics, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	m, err := harness.ParseMetrics(bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("parsing an exposition: %w", err)
 	}
-	out := harness.Metrics{}
-	for name, f := range families {
-		for _, m := range f.GetMetric() {
-			key := name
-			if len(m.GetLabel()) > 0 {
-				parts := make([]string, 0, len(m.GetLabel()))
-				for _, l := range m.GetLabel() {
-					parts = append(parts, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-				}
-				key += "{" + strings.Join(parts, ",") + "}"
-			}
-			switch {
-			case m.Gauge != nil:
-				out[key] = m.Gauge.GetValue()
-			case m.Counter != nil:
-				out[key] = m.Counter.GetValue()
-			case m.Untyped != nil:
-				out[key] = m.Untyped.GetValue()
-			}
-		}
-	}
-	return out, nil
+	return m, nil
 }
 
 // holder is what a writer Pod's process says about itself and what the Lease says about it.

@@ -359,13 +359,20 @@ func TestScenario7WebhookDown(t *testing.T) {
 	if _, err := setEnv(ctx, s, "NOETL_EHDB_FENCING", "enforce", false); err != nil {
 		t.Fatalf("arming a correct writer: %v", err)
 	}
-	var podUID string
+	// Arming changed the pod template: the controller replaces the unarmed Pod. Wait for the Pod
+	// of the armed revision, so the deletion below races no rollout.
 	eventually(t, 60*time.Second, "the StatefulSet controller creates the armed writer's Pod", func() error {
+		sts, err := cs.AppsV1().StatefulSets(s.ns).Get(ctx, "noetl-cmdbus-writer", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
 		pod, err := cs.CoreV1().Pods(s.ns).Get(ctx, shard0, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		podUID = string(pod.UID)
+		if rev := pod.Labels[appsv1.ControllerRevisionHashLabelKey]; rev == "" || rev != sts.Status.UpdateRevision || pod.DeletionTimestamp != nil {
+			return fmt.Errorf("pod at revision %q, the armed revision is %q", rev, sts.Status.UpdateRevision)
+		}
 		return nil
 	})
 
@@ -375,6 +382,11 @@ func TestScenario7WebhookDown(t *testing.T) {
 	if _, err := cs.AppsV1().Deployments(s.ns).Create(ctx, unrelatedDeployment(s.ns), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("an unrelated Deployment was refused while the webhook is down: %v", err)
 	}
+	pod, err := cs.CoreV1().Pods(s.ns).Get(ctx, shard0, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podUID := string(pod.UID)
 	if err := cs.CoreV1().Pods(s.ns).Delete(ctx, shard0, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}

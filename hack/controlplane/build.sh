@@ -34,9 +34,13 @@ for c in "${components[@]}"; do
   start=$(date +%s)
   (cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/$c.tmp" "$pkg") &
   pid=$!
+  # Progress every 30 s; the check itself is every second, so a quick build is not held up.
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 30
-    kill -0 "$pid" 2>/dev/null && echo "controlplane:       ... $c still building ($(( $(date +%s) - start ))s)"
+    sleep 1
+    elapsed=$(( $(date +%s) - start ))
+    if [ $((elapsed % 30)) -eq 0 ] && kill -0 "$pid" 2>/dev/null; then
+      echo "controlplane:       ... $c still building (${elapsed}s)"
+    fi
   done
   wait "$pid"
   mv "$out/$c.tmp" "$out/$c"

@@ -142,6 +142,20 @@ func (s *icSystem) webhookDeployment(ctx context.Context) (*appsv1.Deployment, e
 }
 
 // tlsSecretName is the Secret the webhook's Pods mount at /certs (the rotator fills it).
+// webhookTLS returns the chart's webhook Deployment and the name of the TLS Secret it mounts.
+func (s *icSystem) webhookTLS(ctx context.Context) (*appsv1.Deployment, string) {
+	s.t.Helper()
+	d, err := s.webhookDeployment(ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	name, err := tlsSecretName(d)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return d, name
+}
+
 func tlsSecretName(d *appsv1.Deployment) (string, error) {
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		if v.Name == "certs" && v.Secret != nil {

@@ -106,14 +106,7 @@ func TestInClusterSystem(t *testing.T) {
 func (s *icSystem) checkReadyAfterCertificate(timeout time.Duration) {
 	t := s.t
 	ctx := context.Background()
-	d, err := s.webhookDeployment(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secretName, err := tlsSecretName(d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, secretName := s.webhookTLS(ctx)
 	want := ptr.Deref(d.Spec.Replicas, 1)
 	sawEmpty := false
 	eventually(t, timeout, fmt.Sprintf("%d webhook Pods are Ready", want), func() error {
@@ -198,11 +191,7 @@ func dataWrittenAt(mfs []metav1.ManagedFieldsEntry) time.Time {
 func (s *icSystem) checkServedThroughService() {
 	t := s.t
 	ctx := context.Background()
-	d, err := s.webhookDeployment(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secretName, _ := tlsSecretName(d)
+	d, secretName := s.webhookTLS(ctx)
 	sec, err := s.cs.CoreV1().Secrets(s.ns).Get(ctx, secretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -389,11 +378,7 @@ func (s *icSystem) checkWebhookDown(h holder) {
 func (s *icSystem) checkUpgrade() {
 	t := s.t
 	ctx := context.Background()
-	d, err := s.webhookDeployment(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secretName, _ := tlsSecretName(d)
+	_, secretName := s.webhookTLS(ctx)
 	sec, err := s.cs.CoreV1().Secrets(s.ns).Get(ctx, secretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -81,7 +81,7 @@ func (b *bench) measureAdmission(ctx context.Context) (admissionResult, error) {
 	if err != nil {
 		return res, err
 	}
-	bin, err := b.build(ctx, "webhook")
+	bin, err := b.build("webhook")
 	if err != nil {
 		return res, err
 	}

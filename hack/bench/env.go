@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 
 	"github.com/noetl/ehdb-election/internal/chartinstall"
 	"github.com/noetl/ehdb-election/internal/harness"
-	"github.com/noetl/ehdb-election/internal/repo"
 	"github.com/noetl/ehdb-election/internal/testcluster"
 )
 
@@ -60,7 +57,7 @@ func (b *bench) step(format string, a ...any) { b.progress.Info(fmt.Sprintf(form
 
 // startCluster builds the binaries, starts the local control plane and installs the chart.
 func (b *bench) startCluster(ctx context.Context, m *machine) error {
-	if _, err := b.build(ctx, "ehdb-writer"); err != nil {
+	if _, err := b.build("ehdb-writer"); err != nil {
 		return err
 	}
 	b.step("starting the local control plane")
@@ -93,23 +90,16 @@ func (b *bench) startCluster(ctx context.Context, m *machine) error {
 	return c.ServiceAccountKubeconfig(ctx, namespace, writerSA, b.writerKubeconfig)
 }
 
-// build compiles ./cmd/<name> into .cache/bin (incremental: seconds when nothing changed) and
-// returns the binary's path. One command at a time, so that a command another part of the project
-// has not finished costs only the measurements that need it.
-func (b *bench) build(ctx context.Context, name string) (string, error) {
+// build compiles ./cmd/<name> into .cache/bin and returns the binary's path. One command at a
+// time, so that a command that does not build costs only the measurements that need it.
+func (b *bench) build(name string) (string, error) {
 	b.step("building %s", name)
-	root, err := repo.Root()
+	dir, err := harness.Build(name)
 	if err != nil {
 		return "", err
 	}
-	b.bins = filepath.Join(root, ".cache", "bin")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", b.bins+"/", "./cmd/"+name)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building ./cmd/%s: %v\n%s", name, err, out)
-	}
-	return filepath.Join(b.bins, name), nil
+	b.bins = dir
+	return filepath.Join(dir, name), nil
 }
 
 // startWriter runs one ehdb-writer as the chart's writer ServiceAccount; the cleanup kills it.

@@ -15,19 +15,27 @@ import (
 	"github.com/noetl/ehdb-election/internal/repo"
 )
 
-// Build compiles ehdb-writer, the webhook and the ehdb-election CLI into .cache/bin (incremental: seconds when nothing
-// changed) and returns that folder.
-func Build() (string, error) {
+// Build compiles the named commands (./cmd/<name>; none means ehdb-writer, webhook and the
+// ehdb-election CLI) into .cache/bin, incrementally (seconds when nothing changed), and returns
+// that folder.
+func Build(commands ...string) (string, error) {
 	root, err := repo.Root()
 	if err != nil {
 		return "", err
 	}
+	if len(commands) == 0 {
+		commands = []string{"ehdb-writer", "webhook", "ehdb-election"}
+	}
 	dir := filepath.Join(root, ".cache", "bin")
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/ehdb-writer", "./cmd/webhook", "./cmd/ehdb-election")
+	args := []string{"build", "-o", dir + "/"}
+	for _, c := range commands {
+		args = append(args, "./cmd/"+c)
+	}
+	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the binaries: %v\n%s", err, out)
+		return "", fmt.Errorf("building %v: %v\n%s", commands, err, out)
 	}
 	return dir, nil
 }

@@ -1,6 +1,8 @@
 package election
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,6 +14,7 @@ type collector struct {
 	e                                                     *Election
 	active, epoch, holds, valid, age, leaseSecs, renewSec *prometheus.Desc
 	outcomes, errors                                      *prometheus.Desc
+	info                                                  *prometheus.Desc
 }
 
 func newCollector(e *Election) *collector {
@@ -31,11 +34,17 @@ func newCollector(e *Election) *collector {
 			"Election rounds by outcome (acquired, renewed, lost, held_by_other).", []string{"outcome"}, nil),
 		errors: prometheus.NewDesc("ehdb_election_errors_total",
 			"Lease store errors by reason (forbidden, unauthorized, unreachable, other).", []string{"reason"}, nil),
+		// The spec's series carry no shard label, so an alert on them cannot say which shard has no
+		// valid holder. An info metric (Prometheus's convention: value 1, the facts as labels) lets
+		// rules and dashboards join the shard in without changing the spec's series.
+		info: prometheus.NewDesc("ehdb_election_info",
+			"The election this process runs: always 1, one series while an election is enabled; join on it for the shard.",
+			[]string{"shard", "lease", "namespace", "identity"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.active, c.epoch, c.holds, c.valid, c.age, c.leaseSecs, c.renewSec, c.outcomes, c.errors} {
+	for _, d := range []*prometheus.Desc{c.active, c.epoch, c.holds, c.valid, c.age, c.leaseSecs, c.renewSec, c.outcomes, c.errors, c.info} {
 		ch <- d
 	}
 }
@@ -62,6 +71,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for r := reason(0); r < numReasons; r++ {
 		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(e.errs[r].Load()), r.String())
+	}
+	if e.cfg.Enabled {
+		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1,
+			strconv.FormatUint(uint64(e.cfg.Shard), 10), e.name, e.cfg.Namespace, e.identity)
 	}
 }
 

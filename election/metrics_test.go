@@ -132,8 +132,17 @@ func TestMetricsRenderWhileTheElectionRuns(t *testing.T) {
 		"ehdb_election_errors_total{forbidden}": 0, "ehdb_election_errors_total{unauthorized}": 0,
 		"ehdb_election_errors_total{unreachable}": 0, "ehdb_election_errors_total{other}": 0,
 	})
-	if n := len(gauges(t, reg)); n != 15 {
-		t.Fatalf("%d samples, want 15", n)
+	if n := len(gauges(t, reg)); n != 16 {
+		t.Fatalf("%d samples, want 16", n)
+	}
+	// The info series names the shard, so a per-shard alert can join on it.
+	const info = `
+# HELP ehdb_election_info The election this process runs: always 1, one series while an election is enabled; join on it for the shard.
+# TYPE ehdb_election_info gauge
+ehdb_election_info{identity="w#1",lease="ehdb-shard-00000007",namespace="ns",shard="7"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(info), "ehdb_election_info"); err != nil {
+		t.Fatal(err)
 	}
 	if problems, err := testutil.CollectAndLint(newCollector(e)); err != nil || len(problems) != 0 {
 		t.Fatalf("lint: %v %v", problems, err)

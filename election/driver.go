@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -17,11 +18,28 @@ const minRoundGap = time.Millisecond
 
 // run is the driver goroutine. It never returns before ctx is done.
 func (e *Election) run(ctx context.Context) {
+	var watching sync.WaitGroup
 	defer close(e.done)
 	defer e.active.Store(false)
+	// The watch goroutine is joined before done closes: Release returning means nothing of the
+	// election runs any more.
+	defer watching.Wait()
+	defer func() {
+		if e.handOverOnExit.Load() {
+			hctx, cancel := context.WithTimeout(context.Background(), 2*e.callTimeout)
+			defer cancel()
+			if err := e.handOver(hctx, e.clock.Now()); err != nil {
+				e.log.Error("handing the lease over", "error", err)
+			}
+		}
+	}()
 	events := make(chan watchMsg, 16)
 	if e.watcher != nil {
-		go e.watchLoop(ctx, events)
+		watching.Add(1)
+		go func() {
+			defer watching.Done()
+			e.watchLoop(ctx, events)
+		}()
 	}
 	e.safely(ctx, nil)
 	for {
@@ -76,7 +94,7 @@ func (e *Election) round(ctx context.Context) {
 		case err == nil:
 			e.see(lease)
 		case apierrors.IsNotFound(err):
-			e.seeAbsent()
+			e.seeAbsent(nil)
 		default:
 			d.stale = true
 			e.countError("get", err)
@@ -85,6 +103,12 @@ func (e *Election) round(ctx context.Context) {
 	}
 	now := e.clock.Now()
 	e.checkLoss(now)
+	if d.raceLost {
+		// The winner is known only now: a 409 carries no record, and logging the holder we saw
+		// before the race would name the loser's predecessor.
+		d.raceLost = false
+		e.log.Info("lost the race for the lease", "holder", holderOf(d.rec))
+	}
 	switch holder := holderOf(d.rec); {
 	case d.rec == nil:
 		if !e.mayCreate() {
@@ -92,12 +116,23 @@ func (e *Election) round(ctx context.Context) {
 			return
 		}
 		e.create(ctx)
-	case holder == e.identity:
-		e.write(ctx, e.lapsed(now))
+	case holder == e.identity && d.holds:
+		// checkLoss has just confirmed the record carries the epoch we hold.
+		e.write(ctx, e.lapsed(now), Renewed)
+	case holder == e.identity && d.reclaim:
+		// Our own record, edited under us while our token was valid: no one else can hold a valid
+		// token, so we re-acquire at once, above every epoch seen.
+		e.write(ctx, true, Acquired)
+	case holder == e.identity && d.minting != 0 && epochOf(d.rec) == d.minting:
+		// Our acquisition committed but its answer was lost: it is ours, and it is still an
+		// acquisition (the token was never valid in between), unless it has lapsed meanwhile.
+		e.write(ctx, e.lapsed(now), Acquired)
 	case holder == "":
-		e.write(ctx, true) // released: free at once
+		e.write(ctx, true, Acquired) // released: free at once
 	case e.takeoverAllowed(now):
-		e.write(ctx, true)
+		// Also a record that names us with an epoch we did not mint (an outside edit): it is
+		// timed like anyone else's, because an edit may have put our name over a live holder's.
+		e.write(ctx, true, Acquired)
 	default:
 		e.report(HeldByOther, holder)
 	}
@@ -108,14 +143,18 @@ func (d *driver) current() bool {
 	return d.known && !d.stale && (d.ownWrite || d.watching)
 }
 
-// checkLoss drops the holding when the record we know no longer names us. The drop happens here,
-// when we learn it, not at the next renewal.
+// checkLoss drops the holding when the record we know no longer carries our holding: another
+// holder, no Lease, or our name with an epoch we did not mint. A renewal is only a renewal while
+// the record carries the epoch this process minted; adopting an edited one would hand the fence a
+// token that is lower than (or equal to) one already issued. The drop happens here, when we learn
+// it, not at the next renewal.
 func (e *Election) checkLoss(now time.Time) {
 	d := &e.d
-	if !d.holds || (d.rec != nil && holderOf(d.rec) == e.identity) {
+	if !d.holds || (d.rec != nil && holderOf(d.rec) == e.identity && epochOf(d.rec) == d.epoch) {
 		return
 	}
 	d.holds = false
+	d.reclaim = d.rec != nil && holderOf(d.rec) == e.identity && e.fresh(now, d.lastSend, d.lastBoot)
 	e.publish()
 	holder := holderOf(d.rec)
 	e.log.Warn("lost the lease", "epoch", d.epoch, "holder", holder, "deleted", d.rec == nil)
@@ -123,12 +162,31 @@ func (e *Election) checkLoss(now time.Time) {
 	e.emit(Event{Outcome: Lost, Epoch: d.epoch, Holder: holder, From: d.heldFrom, Until: e.dropInstant(now)})
 }
 
-// mayCreate says whether an absent Lease may be created now. A Lease that vanished while another
-// process held it is timed like a record that stopped changing: its holder may still hold a valid
-// token until it has not been seen renewing for a lease duration.
+// mayCreate says whether an absent Lease may be created now. Absence is timed from its first
+// sighting (or the arrival of the DELETED event that reported it, whichever is later), never from
+// an older sighting of the record: a holder may have renewed after that, unseen, right before the
+// delete. The wait is the longest duration we have reason to believe in; it is skipped only when
+// we held a valid token as we learned of the absence (no one else can have held one then) or when
+// this process never saw the Lease exist (see the package doc: that case is the lease guard's).
 func (e *Election) mayCreate() bool {
-	o := &e.d.obs
-	return o.holder == "" || o.holder == e.identity || e.clock.Since(o.since) > o.duration
+	d := &e.d
+	return d.absentWait == 0 || e.clock.Since(d.absentSince) > d.absentWait
+}
+
+// believed is the duration a candidate must wait out for rec: the longest it has reason to believe
+// in — the record's, its own configuration's, and the longest recently seen on this Lease. A
+// shortened leaseDurationSeconds (an outside edit) must not shorten the wait: the holder's token is
+// valid for the duration it wrote, not the one someone else wrote over it.
+func (e *Election) believed(rec *coordinationv1.Lease) time.Duration {
+	d := &e.d
+	dur := e.cfg.LeaseDuration
+	if rec != nil {
+		dur = max(dur, leaseDuration(rec, dur))
+	}
+	if d.longest > dur && e.clock.Since(d.longestAt) <= d.longest {
+		dur = d.longest
+	}
+	return dur
 }
 
 // takeoverAllowed says whether another process's record may be taken over now: expired by its own
@@ -137,27 +195,26 @@ func (e *Election) mayCreate() bool {
 // clock skew between nodes can let two holders overlap.
 func (e *Election) takeoverAllowed(now time.Time) bool {
 	rec := e.d.rec
-	dur := leaseDuration(rec, e.cfg.LeaseDuration)
-	return expired(rec, now, e.cfg.LeaseDuration) &&
-		e.d.obs.rv == rec.ResourceVersion && e.clock.Since(e.d.obs.since) > dur
+	dur := e.believed(rec)
+	return expired(rec, now, dur) && e.d.obs.rv == rec.ResourceVersion && e.clock.Since(e.d.obs.since) > dur
 }
 
 // lapsed says whether our own record must be re-acquired (epoch + 1) rather than renewed: its
-// lease ran out by the record, or our token did (no successful write for a lease duration). An
-// epoch names one unbroken holding; reviving a lapsed one would let writes queued before the gap
-// pass the fence as current, so a lapse always ends the epoch.
+// lease ran out by the record, or our token did. An epoch names one unbroken holding; reviving a
+// lapsed one would let writes queued before the gap pass the fence as current, so a lapse always
+// ends the epoch.
 func (e *Election) lapsed(now time.Time) bool {
 	d := &e.d
-	return expired(d.rec, now, e.cfg.LeaseDuration) ||
-		(d.sent && e.clock.Since(d.lastSend) >= e.cfg.LeaseDuration)
+	return expired(d.rec, now, e.cfg.LeaseDuration) || (d.sent && !e.fresh(now, d.lastSend, d.lastBoot))
 }
 
-// expired applies the liveness rule to a record: live while now <= renewTime + duration.
-func expired(rec *coordinationv1.Lease, now time.Time, fallback time.Duration) bool {
+// expired applies the liveness rule to a record: live while now <= renewTime + duration, where
+// duration is at least the one the record states.
+func expired(rec *coordinationv1.Lease, now time.Time, atLeast time.Duration) bool {
 	if rec.Spec.RenewTime == nil {
 		return true
 	}
-	return now.After(rec.Spec.RenewTime.Add(leaseDuration(rec, fallback)))
+	return now.After(rec.Spec.RenewTime.Add(max(atLeast, leaseDuration(rec, atLeast))))
 }
 
 func leaseDuration(rec *coordinationv1.Lease, fallback time.Duration) time.Duration {
@@ -197,20 +254,49 @@ func (e *Election) see(l *coordinationv1.Lease) {
 	d := &e.d
 	if l.ResourceVersion != d.obs.rv {
 		d.obs = observation{
-			rv:       l.ResourceVersion,
-			since:    e.clock.Now(),
-			holder:   holderOf(l),
-			duration: leaseDuration(l, e.cfg.LeaseDuration),
+			rv:     l.ResourceVersion,
+			since:  e.clock.Now(),
+			holder: holderOf(l),
 		}
 	}
+	e.remember(l)
 	d.rec, d.known, d.stale, d.ownWrite = l, true, false, false
-	d.maxSeen = max(d.maxSeen, epochOf(l))
+	if holderOf(l) != e.identity || epochOf(l) != d.minting {
+		d.minting = 0 // the write in doubt did not commit, or did and was overwritten
+	}
 }
 
-// seeAbsent records that the Lease does not exist. The observation is kept: what it last showed
-// still decides when a new Lease may be created.
-func (e *Election) seeAbsent() {
+// remember keeps what a record tells about the past: its epoch (epochs never go backwards) and its
+// duration (a candidate never waits out less than the longest it recently saw).
+func (e *Election) remember(l *coordinationv1.Lease) {
 	d := &e.d
+	d.everSeen = true
+	d.maxSeen = max(d.maxSeen, epochOf(l))
+	if dur := leaseDuration(l, e.cfg.LeaseDuration); dur >= d.longest || e.clock.Since(d.longestAt) > d.longest {
+		d.longest, d.longestAt = dur, e.clock.Now()
+	}
+}
+
+// seeAbsent records that the Lease does not exist, now. deleted carries the last state a DELETED
+// watch event reported, if that is how we learned it.
+func (e *Election) seeAbsent(deleted *coordinationv1.Lease) {
+	d := &e.d
+	now := e.clock.Now()
+	first := !d.known || d.rec != nil
+	if deleted != nil {
+		e.remember(deleted)
+	}
+	switch {
+	case deleted != nil:
+		// The event arrived after the delete, which came after the holder's last write: timing
+		// from its arrival is safe even if an earlier read already showed the absence.
+		d.absentSince, d.absentWait = now, e.believed(deleted)
+	case first:
+		d.absentSince, d.absentWait = now, e.believed(nil)
+	}
+	if first && (!d.everSeen || (d.holds && e.fresh(now, d.lastSend, d.lastBoot))) {
+		d.absentWait = 0
+	}
 	d.rec, d.known, d.stale, d.ownWrite = nil, true, false, false
 }
 
@@ -222,7 +308,7 @@ func (e *Election) create(ctx context.Context) {
 		return
 	}
 	secs, transitions := int32(e.cfg.LeaseDuration/time.Second), int32(epoch)
-	sent := e.clock.Now()
+	sent, boot := e.clock.Now(), e.boot()
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: e.name, Namespace: e.cfg.Namespace},
 		Spec: coordinationv1.LeaseSpec{
@@ -233,17 +319,19 @@ func (e *Election) create(ctx context.Context) {
 			LeaseTransitions:     &transitions,
 		},
 	}
+	d.minting = epoch
 	cctx, cancel := context.WithTimeout(ctx, e.callTimeout)
 	got, err := e.store.Create(cctx, lease)
 	cancel()
-	e.settle(got, err, sent, epoch, Acquired, "create")
+	e.settle(got, err, sent, boot, epoch, Acquired, "create")
 }
 
-// write PUTs the record with us as holder: an acquisition (next epoch) or a renewal (same epoch).
-func (e *Election) write(ctx context.Context, acquire bool) {
+// write PUTs the record with us as holder: an acquisition (next epoch) or a continuation of the
+// record's epoch (a renewal, or an acquisition whose answer was lost), counted as outcome.
+func (e *Election) write(ctx context.Context, acquire bool, outcome Outcome) {
 	d := &e.d
 	next := d.rec.DeepCopy()
-	epoch, outcome := epochOf(d.rec), Renewed
+	epoch := epochOf(d.rec)
 	if acquire {
 		epoch, outcome = max(epochOf(d.rec), d.maxSeen)+1, Acquired
 		if epoch > 1<<31-1 {
@@ -251,8 +339,12 @@ func (e *Election) write(ctx context.Context, acquire bool) {
 			return
 		}
 	}
+	if outcome == Acquired {
+		d.minting = epoch
+	}
+	d.reclaim = false
 	secs, transitions := int32(e.cfg.LeaseDuration/time.Second), int32(epoch)
-	sent := e.clock.Now()
+	sent, boot := e.clock.Now(), e.boot()
 	next.Spec.HolderIdentity = &e.identity
 	next.Spec.LeaseDurationSeconds = &secs
 	next.Spec.RenewTime = microTime(sent)
@@ -263,45 +355,50 @@ func (e *Election) write(ctx context.Context, acquire bool) {
 	cctx, cancel := context.WithTimeout(ctx, e.callTimeout)
 	got, err := e.store.Update(cctx, next)
 	cancel()
-	e.settle(got, err, sent, epoch, outcome, "update")
+	e.settle(got, err, sent, boot, epoch, outcome, "update")
 }
 
 // settle applies a write's answer. sent is when the write left: the token is valid for a lease
 // duration from then, never from the answer, because the server may have committed it at any
 // point in between.
-func (e *Election) settle(got *coordinationv1.Lease, err error, sent time.Time, epoch uint64, outcome Outcome, op string) {
+func (e *Election) settle(got *coordinationv1.Lease, err error, sent time.Time, boot time.Duration, epoch uint64, outcome Outcome, op string) {
 	d := &e.d
 	switch {
 	case err == nil:
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-		// Someone else wrote first: a lost round, not an error, and never retried here.
-		d.stale = true
+		// Someone else wrote first: a lost round, not an error, and never retried here. A 409 is
+		// an answer: our write did not commit.
+		d.stale, d.minting = true, 0
 		if d.holds {
 			e.log.Info("the lease changed under us; the next round reads it again", "op", op, "epoch", d.epoch)
 		} else {
-			e.report(HeldByOther, d.obs.holder)
+			e.count(HeldByOther)
+			d.raceLost = true
 		}
 		return
 	default:
+		// No answer: the write may or may not have committed (d.minting says which epoch, if it
+		// was an acquisition); the next read decides.
 		d.stale = true
 		e.countError(op, err)
 		return
 	}
 	answered := e.clock.Now()
+	d.minting = 0
 	e.see(got)
 	d.ownWrite = true
 	if outcome == Acquired || !d.holds {
 		d.heldFrom = answered
 	}
-	d.holds, d.epoch, d.sent, d.lastSend = true, epoch, true, sent
+	d.holds, d.epoch, d.sent, d.lastSend, d.lastBoot = true, epoch, true, sent, boot
 	e.publish()
 	e.report(outcome, e.identity)
-	e.emit(Event{Outcome: outcome, Epoch: epoch, Holder: e.identity, From: d.heldFrom, Until: sent.Add(e.cfg.LeaseDuration)})
+	e.emit(Event{Outcome: outcome, Epoch: epoch, Holder: e.identity, From: d.heldFrom, Until: sent.Add(e.validFor)})
 }
 
 func (e *Election) publish() {
 	d := &e.d
-	s := &snapshot{epoch: d.epoch, holds: d.holds, sent: d.sent, lastSend: d.lastSend}
+	s := &snapshot{epoch: d.epoch, holds: d.holds, sent: d.sent, lastSend: d.lastSend, lastBoot: d.lastBoot}
 	e.pubMu.Lock()
 	defer e.pubMu.Unlock()
 	if !e.released {
@@ -309,13 +406,18 @@ func (e *Election) publish() {
 	}
 }
 
-// report counts an outcome and logs it when it differs from the previous one.
-func (e *Election) report(o Outcome, holder string) {
+// count counts an outcome in ehdb_election_outcomes_total.
+func (e *Election) count(o Outcome) {
 	for i, name := range outcomeNames {
 		if name == o {
 			e.outcomes[i].Add(1)
 		}
 	}
+}
+
+// report counts an outcome and logs it when it differs from the previous one.
+func (e *Election) report(o Outcome, holder string) {
+	e.count(o)
 	d := &e.d
 	if o != d.lastOutcome || holder != d.lastHolder || d.epoch != d.lastEpoch {
 		switch o {
@@ -334,9 +436,12 @@ func (e *Election) report(o Outcome, holder string) {
 }
 
 func (e *Election) emit(ev Event) {
-	if e.onEvent != nil {
-		e.onEvent(ev)
+	if e.onEvent == nil {
+		return
 	}
+	e.inCallback.Store(true)
+	defer e.inCallback.Store(false)
+	e.onEvent(ev)
 }
 
 // countError counts a store error by reason and logs its first occurrence and then every 60th:
@@ -370,21 +475,22 @@ func (e *Election) nextDelay() time.Duration {
 // takeoverDelay is the time until the known record may be acted on.
 func (e *Election) takeoverDelay() time.Duration {
 	d := &e.d
-	mono := d.obs.duration - e.clock.Since(d.obs.since) + time.Microsecond
 	switch holder := holderOf(d.rec); {
 	case d.rec == nil:
 		if e.mayCreate() {
 			return 0
 		}
-		return mono
+		return d.absentWait - e.clock.Since(d.absentSince) + time.Microsecond
 	case holder == "":
 		return 0
-	case holder == e.identity:
+	case holder == e.identity && (d.holds || (d.minting != 0 && d.minting == epochOf(d.rec))):
 		return e.cfg.RenewInterval
 	default:
+		dur := e.believed(d.rec)
+		mono := dur - e.clock.Since(d.obs.since) + time.Microsecond
 		wall := time.Duration(0) // never renewed: expired by the record already
 		if rt := d.rec.Spec.RenewTime; rt != nil {
-			wall = rt.Add(leaseDuration(d.rec, e.cfg.LeaseDuration)).Sub(e.clock.Now()) + time.Microsecond
+			wall = rt.Add(dur).Sub(e.clock.Now()) + time.Microsecond
 		}
 		return max(mono, wall)
 	}

@@ -5,6 +5,53 @@
 // the previous value + 1, a renewal never changes it. A writer asks Token() on its write path, a
 // lock-free read; the answer is computed locally from the send time of the last successful write,
 // so a partitioned or paused writer stops claiming a valid token on time, with no API call.
+//
+// # What it guarantees
+//
+// At no instant do two processes hold a valid token for one shard, and the epochs one process holds
+// only go up. This holds under crashes, pauses, partitions, lost or late answers, requests applied
+// after their caller gave up, watches that drop, lag or replay, and these edits of the Lease by
+// someone else:
+//
+//   - deletion: an absent Lease is created only after its absence has been seen for the longest
+//     lease duration this process believes in (timed from the first sighting of the absence, or
+//     the DELETED event, whichever is later), so a holder that renewed unseen just before the
+//     delete has lapsed first;
+//   - leaseTransitions edited on a held record: a renewal is a renewal only while the record carries
+//     the epoch this process minted; anything else is a loss, and the next acquisition goes above
+//     the highest epoch seen;
+//   - leaseDurationSeconds shortened: a candidate waits out the longest duration it has reason to
+//     believe in (the record's, its own configuration's, the longest recently seen on the Lease);
+//   - holderIdentity or renewTime edited: the record is timed like any record that changed, from
+//     when it was first seen, on the candidate's monotonic clock.
+//
+// # What it assumes of clocks
+//
+// Clock offsets between nodes do not matter: a candidate times a record on its own monotonic clock
+// from when it first saw it, never by comparing its wall clock with the renewTime another node
+// wrote. Clock rates must agree within MaxClockRateDifference; the holder shortens its own validity
+// by that margin so that a fast candidate clock and a slow holder clock still cannot overlap. A
+// process suspended (laptop lid, VM pause) for longer than the lease never reports a valid token on
+// resume: validity is checked on a clock that keeps counting through a suspend as well.
+//
+// # What it does not guarantee
+//
+//   - Epochs are monotonic per process and, while the Lease is never deleted, per shard. A process
+//     that never saw the Lease exist cannot know the epochs before a deletion: it creates the Lease
+//     at once, with epoch 1, and may overlap a holder whose Lease was deleted under it. Deletion is
+//     therefore the cluster's to refuse: the chart's lease guard forbids it (and keeps
+//     leaseTransitions from decreasing across processes).
+//   - A write in flight across someone else's create-then-delete may still land (a create cannot be
+//     made conditional on "never existed"); again, only a cluster that refuses deletes closes it.
+//   - Anyone who can write the Lease can impersonate a release (blank the holder) or a holder; no
+//     client-side algorithm can tell such a write from the real one. The lease guard admits writes
+//     to ehdb-shard-* Leases from the writer's ServiceAccount only.
+//   - The fence, not this package, must reject writes with a stale epoch: a valid token says "no one
+//     else holds a valid token now", not that a write sent with it arrives before the token lapses.
+//
+// OnEvent runs on the election's goroutine: it must return quickly (the election does not renew
+// while it runs). It may call Release, which then drops the token, returns at once and lets the
+// election hand the Lease over as it stops.
 package election
 
 import (
@@ -13,6 +60,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +92,13 @@ const (
 )
 
 var outcomeNames = [...]Outcome{Acquired, Renewed, Lost, HeldByOther}
+
+// MaxClockRateDifference is the largest relative difference between two nodes' clock rates that
+// the election tolerates (1%: a crystal is typically within 0.01%, a VM under NTP far better). A
+// holder counts its token valid for (1 − MaxClockRateDifference) × the lease duration after a
+// write's send: a candidate whose clock runs up to this much faster still waits out at least that
+// long in real time before it takes over.
+const MaxClockRateDifference = 0.01
 
 // Event reports a round's outcome to Options.OnEvent.
 type Event struct {
@@ -92,6 +147,12 @@ type Election struct {
 	log         *slog.Logger
 	onEvent     func(Event)
 	callTimeout time.Duration
+	// validFor is how long after its send a successful write keeps our token valid: the lease
+	// duration less the clock-rate margin (see MaxClockRateDifference).
+	validFor time.Duration
+	// boot reads a clock that keeps counting while the host is suspended (CLOCK_BOOTTIME), or the
+	// injected clock's elapsed time when Options.Clock is set.
+	boot func() time.Duration
 
 	state    atomic.Pointer[snapshot] // what Token() and the metrics read
 	active   atomic.Bool
@@ -107,6 +168,10 @@ type Election struct {
 	done        chan struct{}
 	releaseOnce sync.Once
 	releaseErr  error
+	// inCallback is set while the driver runs OnEvent; handOverOnExit asks the driver to release
+	// the Lease itself as it stops (Release was called from OnEvent and cannot wait for it).
+	inCallback     atomic.Bool
+	handOverOnExit atomic.Bool
 
 	d driver // owned by the election's goroutine (or by Release once it has stopped)
 }
@@ -115,8 +180,9 @@ type Election struct {
 type snapshot struct {
 	epoch    uint64
 	holds    bool
-	sent     bool      // lastSend is set
-	lastSend time.Time // send time of the last successful acquire/renew write (monotonic reading)
+	sent     bool          // lastSend is set
+	lastSend time.Time     // send time of the last successful acquire/renew write (monotonic reading)
+	lastBoot time.Duration // the boot clock at the same instant
 }
 
 // driver is the election's private state.
@@ -130,10 +196,25 @@ type driver struct {
 	obs     observation
 	maxSeen uint64 // highest epoch seen for this shard, so epochs never go backwards
 
+	// everSeen: this process has seen the Lease exist (or be deleted). absentSince/absentWait time
+	// an absent Lease from the first sighting of its absence.
+	everSeen    bool
+	absentSince time.Time
+	absentWait  time.Duration
+	// longest is the longest leaseDurationSeconds recently seen on the Lease, at longestAt.
+	longest   time.Duration
+	longestAt time.Time
+	// minting is the epoch of an acquisition whose answer never came (it may have committed); 0
+	// when no write is in doubt.
+	minting  uint64
+	raceLost bool // a write lost with a 409: log the winner once the next read shows it
+	reclaim  bool // our record was edited under a valid token of ours: re-acquire at once
+
 	holds    bool
 	epoch    uint64
 	sent     bool
 	lastSend time.Time
+	lastBoot time.Duration // boot-clock reading at lastSend
 	heldFrom time.Time
 
 	lastRound time.Time
@@ -147,10 +228,9 @@ type driver struct {
 // to take over, because clocks differ between nodes; a candidate must also have watched the same
 // resourceVersion unchanged for longer than the lease duration on its own monotonic clock.
 type observation struct {
-	rv       string
-	since    time.Time // when we first saw rv, on our clock (monotonic reading)
-	holder   string
-	duration time.Duration
+	rv     string
+	since  time.Time // when we first saw rv, on our clock (monotonic reading)
+	holder string
 }
 
 // Start starts the election described by cfg over store, in a goroutine of its own that stops when
@@ -160,7 +240,7 @@ type observation struct {
 // "election off" from "build without election".
 func Start(ctx context.Context, store LeaseStore, cfg Config, opts Options) (*Election, error) {
 	if cfg.Enabled {
-		if err := validate(store, cfg); err != nil {
+		if err := validate(store, cfg, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -184,8 +264,15 @@ func Start(ctx context.Context, store LeaseStore, cfg Config, opts Options) (*El
 	return e, nil
 }
 
-func validate(store LeaseStore, cfg Config) error {
+// identityRE is the shape NewIdentity produces: a name, "#", a per-process suffix.
+var identityRE = regexp.MustCompile(`^[^#\s]+#[^#\s]+$`)
+
+func validate(store LeaseStore, cfg Config, opts Options) error {
 	switch {
+	case opts.Identity != "" && !identityRE.MatchString(opts.Identity):
+		// A bare pod name would let a restarted writer renew its predecessor's Lease and inherit
+		// its epoch (see NewIdentity).
+		return fmt.Errorf("election: identity %q is not <host>#<per-process suffix>; use NewIdentity", opts.Identity)
 	case store == nil:
 		return errors.New("election: no LeaseStore")
 	case !cfg.HasShard:
@@ -214,6 +301,8 @@ func newElection(store LeaseStore, cfg Config, opts Options) *Election {
 		// Below the renew interval, so a hung call cannot stretch the loop's rhythm: a GET and a
 		// write together still fit in one interval.
 		callTimeout: cfg.RenewInterval / 2,
+		validFor:    cfg.LeaseDuration - time.Duration(float64(cfg.LeaseDuration)*MaxClockRateDifference),
+		boot:        bootClock,
 	}
 	if w, ok := store.(LeaseWatcher); ok {
 		e.watcher = w
@@ -224,6 +313,9 @@ func newElection(store LeaseStore, cfg Config, opts Options) *Election {
 	}
 	if e.clock == nil {
 		e.clock = clock.RealClock{}
+	} else {
+		origin := e.clock.Now()
+		e.boot = func() time.Duration { return e.clock.Since(origin) }
 	}
 	if e.log == nil {
 		e.log = slog.Default()
@@ -245,45 +337,84 @@ func (e *Election) Token() Token {
 }
 
 func (e *Election) valid(s *snapshot) bool {
-	return s.holds && e.clock.Since(s.lastSend) < e.cfg.LeaseDuration
+	return s.holds && e.fresh(e.clock.Now(), s.lastSend, s.lastBoot)
+}
+
+// fresh says whether a write sent at (sent, boot) still backs a valid token at now. Both clocks
+// must agree: Go's monotonic clock stops while the host is suspended, so a process resumed after
+// more than a lease would otherwise believe its token valid while a successor holds the Lease; the
+// boot clock keeps counting through a suspend.
+func (e *Election) fresh(now, sent time.Time, boot time.Duration) bool {
+	return now.Sub(sent) < e.validFor && e.boot()-boot < e.validFor
 }
 
 // Release ends the election and hands the Lease over. It first drops the token locally (Token is
 // invalid from here on), then stops the driver, then marks the Lease released (empty holder) so a
 // successor acquires at once with the next epoch instead of waiting out the lease. Idempotent; on an
 // election that is not running it does nothing.
+//
+// Called from OnEvent (on the election's own goroutine, which Release would otherwise wait for) it
+// drops the token, returns nil at once, and the election hands the Lease over as it stops.
 func (e *Election) Release(ctx context.Context) error {
 	if e.done == nil {
 		return nil
 	}
-	e.releaseOnce.Do(func() { e.releaseErr = e.release(ctx) })
+	e.releaseOnce.Do(func() {
+		dropped := e.drop()
+		if e.inCallback.Load() {
+			e.handOverOnExit.Store(true)
+			e.cancel()
+			return
+		}
+		e.cancel()
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			e.releaseErr = fmt.Errorf("election: release: the driver did not stop: %w", ctx.Err())
+			return
+		}
+		e.releaseErr = e.handOver(ctx, dropped)
+	})
 	return e.releaseErr
 }
 
-func (e *Election) release(ctx context.Context) error {
+// drop invalidates the token locally, first, so no write can pass the fence while the release is
+// under way. It returns when that happened.
+func (e *Election) drop() time.Time {
 	dropped := e.clock.Now()
 	e.pubMu.Lock()
+	defer e.pubMu.Unlock()
 	e.released = true
 	old := e.state.Load()
-	e.state.Store(&snapshot{epoch: old.epoch, sent: old.sent, lastSend: old.lastSend})
-	e.pubMu.Unlock()
+	e.state.Store(&snapshot{epoch: old.epoch, sent: old.sent, lastSend: old.lastSend, lastBoot: old.lastBoot})
+	return dropped
+}
 
-	e.cancel()
-	select {
-	case <-e.done:
-	case <-ctx.Done():
-		return fmt.Errorf("election: release: the driver did not stop: %w", ctx.Err())
-	}
-
+// handOver marks the Lease released once the driver has stopped. When the last thing we know is
+// not our record — an acquisition whose answer was lost, or a view made stale by a failed write —
+// one fresh read decides whether it is ours to release.
+func (e *Election) handOver(ctx context.Context, dropped time.Time) error {
 	d := &e.d
 	if d.holds {
 		d.holds = false
 		e.emit(Event{Outcome: Released, Epoch: d.epoch, Holder: e.identity, From: d.heldFrom, Until: e.dropInstant(dropped)})
 	}
-	if d.rec == nil || holderOf(d.rec) != e.identity {
+	rec := d.rec
+	if d.minting != 0 || d.stale || !d.known {
+		fresh, err := e.store.Get(ctx, e.name)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			e.countError("release", err)
+			return fmt.Errorf("election: releasing lease %s: %w", e.name, err)
+		}
+		rec = fresh
+	}
+	if rec == nil || holderOf(rec) != e.identity {
 		return nil
 	}
-	err := e.putReleased(ctx, d.rec)
+	err := e.putReleased(ctx, rec)
 	if apierrors.IsConflict(err) {
 		// Our last view was stale (e.g. a renewal was cut off in flight): one fresh read decides.
 		fresh, gerr := e.store.Get(ctx, e.name)
@@ -321,7 +452,7 @@ func (e *Election) putReleased(ctx context.Context, rec *coordinationv1.Lease) e
 // dropInstant is when a token dropped at now actually stopped being valid: it may have lapsed on
 // its own before.
 func (e *Election) dropInstant(now time.Time) time.Time {
-	if lapse := e.d.lastSend.Add(e.cfg.LeaseDuration); e.d.sent && lapse.Before(now) {
+	if lapse := e.d.lastSend.Add(e.validFor); e.d.sent && lapse.Before(now) {
 		return lapse
 	}
 	return now

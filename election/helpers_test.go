@@ -31,7 +31,7 @@ func testConfig(lease, renew time.Duration) Config {
 func newSync(t testing.TB, store LeaseStore, clk *clocktesting.FakeClock, identity string, lease, renew time.Duration) *Election {
 	t.Helper()
 	cfg := testConfig(lease, renew)
-	if err := validate(store, cfg); err != nil {
+	if err := validate(store, cfg, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	e := newElection(store, cfg, Options{Identity: identity, Clock: clk, Logger: discard})

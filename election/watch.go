@@ -2,6 +2,8 @@ package election
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -29,7 +31,7 @@ func (e *Election) watchLoop(ctx context.Context, out chan<- watchMsg) {
 	}
 	for ctx.Err() == nil {
 		began := e.clock.Now()
-		w, err := e.watcher.Watch(ctx, e.name)
+		w, err := e.startWatch(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				e.countError("watch", err)
@@ -73,6 +75,21 @@ func (e *Election) watchLoop(ctx context.Context, out chan<- watchMsg) {
 	}
 }
 
+// startWatch calls the store's Watch, surviving a panic or a nil stream: a broken store must cost
+// the watch (the driver polls), never the process.
+func (e *Election) startWatch(ctx context.Context) (w watch.Interface, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w, err = nil, fmt.Errorf("watch panicked: %v", r)
+		}
+	}()
+	w, err = e.watcher.Watch(ctx, e.name)
+	if err == nil && w == nil {
+		err = errors.New("watch returned no stream")
+	}
+	return w, err
+}
+
 // handle applies a watch message. A change that frees the Lease makes nextDelay zero; a change
 // that names someone else drops our holding at once.
 func (e *Election) handle(m watchMsg) {
@@ -98,10 +115,11 @@ func (e *Election) handle(m watchMsg) {
 		e.see(l)
 	case watch.Deleted:
 		if d.rec != nil && d.rec.UID != l.UID {
-			return // an older incarnation
+			// An older incarnation: what it says of the past still counts.
+			e.remember(l)
+			return
 		}
-		d.maxSeen = max(d.maxSeen, epochOf(l))
-		e.seeAbsent()
+		e.seeAbsent(l)
 	default:
 		return
 	}

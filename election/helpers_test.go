@@ -56,7 +56,7 @@ type hookStore struct {
 	updates     atomic.Int64
 	watchErr    error
 	watchCalls  atomic.Int64
-	panicEveryN int64
+	panicEveryN atomic.Int64
 }
 
 func (h *hookStore) do(op string, f func() (*coordinationv1.Lease, error)) (*coordinationv1.Lease, error) {
@@ -64,7 +64,7 @@ func (h *hookStore) do(op string, f func() (*coordinationv1.Lease, error)) (*coo
 	h.mu.Lock()
 	fail, before, after := h.fail, h.before, h.after
 	h.mu.Unlock()
-	if h.panicEveryN > 0 && n%h.panicEveryN == 0 {
+	if p := h.panicEveryN.Load(); p > 0 && n%p == 0 {
 		panic("hookStore: injected panic")
 	}
 	if fail != nil {

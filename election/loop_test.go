@@ -150,7 +150,8 @@ func TestTheLoopSurvivesTenThousandConsecutiveErrors(t *testing.T) {
 		apierrors.NewInternalError(errors.New("etcd")),
 		errors.New("garbled"),
 	}
-	store := &hookStore{inner: NewMemoryStore(), clk: clk, panicEveryN: 997, watchErr: refused}
+	store := &hookStore{inner: NewMemoryStore(), clk: clk, watchErr: refused}
+	store.panicEveryN.Store(997)
 	var i int
 	store.setFail(func(string) error { i++; return failures[i%len(failures)] })
 	e, _ := start(t, store, clk, "w#1", lease, renew)
@@ -186,7 +187,7 @@ func TestTheLoopSurvivesTenThousandConsecutiveErrors(t *testing.T) {
 	}
 
 	store.setFail(nil)
-	store.panicEveryN = 0
+	store.panicEveryN.Store(0)
 	waitFor(t, "acquisition once the store answers", func() bool {
 		if !e.Token().Valid {
 			clk.Step(renew)

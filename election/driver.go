@@ -123,7 +123,7 @@ func (e *Election) round(ctx context.Context) {
 		// Our own record, edited under us while our token was valid: no one else can hold a valid
 		// token, so we re-acquire at once, above every epoch seen.
 		e.write(ctx, true, Acquired)
-	case holder == e.identity && d.minting != 0 && epochOf(d.rec) == d.minting:
+	case holder == e.identity && e.ourMint(d.rec):
 		// Our acquisition committed but its answer was lost: it is ours, and it is still an
 		// acquisition (the token was never valid in between), unless it has lapsed meanwhile.
 		e.write(ctx, e.lapsed(now), Acquired)
@@ -261,9 +261,18 @@ func (e *Election) see(l *coordinationv1.Lease) {
 	}
 	e.remember(l)
 	d.rec, d.known, d.stale, d.ownWrite = l, true, false, false
-	if holderOf(l) != e.identity || epochOf(l) != d.minting {
+	if !e.ourMint(l) {
 		d.minting = 0 // the write in doubt did not commit, or did and was overwritten
 	}
+}
+
+// ourMint says whether rec is the acquisition whose answer we are missing: our name, the epoch we
+// minted and the renewTime we sent, to the microsecond. The name and epoch alone are not enough: an
+// outside edit that puts our name on another holder's record can carry the epoch we tried for.
+func (e *Election) ourMint(rec *coordinationv1.Lease) bool {
+	d := &e.d
+	return d.minting != 0 && rec != nil && holderOf(rec) == e.identity && epochOf(rec) == d.minting &&
+		rec.Spec.RenewTime != nil && rec.Spec.RenewTime.Equal(&d.mintedAt)
 }
 
 // remember keeps what a record tells about the past: its epoch (epochs never go backwards) and its
@@ -319,7 +328,7 @@ func (e *Election) create(ctx context.Context) {
 			LeaseTransitions:     &transitions,
 		},
 	}
-	d.minting = epoch
+	d.minting, d.mintedAt = epoch, *lease.Spec.RenewTime
 	cctx, cancel := context.WithTimeout(ctx, e.callTimeout)
 	got, err := e.store.Create(cctx, lease)
 	cancel()
@@ -339,9 +348,6 @@ func (e *Election) write(ctx context.Context, acquire bool, outcome Outcome) {
 			return
 		}
 	}
-	if outcome == Acquired {
-		d.minting = epoch
-	}
 	d.reclaim = false
 	secs, transitions := int32(e.cfg.LeaseDuration/time.Second), int32(epoch)
 	sent, boot := e.clock.Now(), e.boot()
@@ -351,6 +357,9 @@ func (e *Election) write(ctx context.Context, acquire bool, outcome Outcome) {
 	next.Spec.LeaseTransitions = &transitions
 	if acquire {
 		next.Spec.AcquireTime = microTime(sent)
+	}
+	if outcome == Acquired {
+		d.minting, d.mintedAt = epoch, *next.Spec.RenewTime
 	}
 	cctx, cancel := context.WithTimeout(ctx, e.callTimeout)
 	got, err := e.store.Update(cctx, next)
@@ -483,7 +492,7 @@ func (e *Election) takeoverDelay() time.Duration {
 		return d.absentWait - e.clock.Since(d.absentSince) + time.Microsecond
 	case holder == "":
 		return 0
-	case holder == e.identity && (d.holds || (d.minting != 0 && d.minting == epochOf(d.rec))):
+	case holder == e.identity && (d.holds || e.ourMint(d.rec)):
 		return e.cfg.RenewInterval
 	default:
 		dur := e.believed(d.rec)

@@ -69,6 +69,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 )
 
@@ -207,8 +208,9 @@ type driver struct {
 	// minting is the epoch of an acquisition whose answer never came (it may have committed); 0
 	// when no write is in doubt.
 	minting  uint64
-	raceLost bool // a write lost with a 409: log the winner once the next read shows it
-	reclaim  bool // our record was edited under a valid token of ours: re-acquire at once
+	mintedAt metav1.MicroTime // the renewTime that acquisition wrote
+	raceLost bool             // a write lost with a 409: log the winner once the next read shows it
+	reclaim  bool             // our record was edited under a valid token of ours: re-acquire at once
 
 	holds    bool
 	epoch    uint64

@@ -184,6 +184,9 @@ func (s *sim) spawn() {
 		// Rates within ±margin/2 of the true clock: any two differ by at most the margin.
 		p.clk.offset = time.Duration(s.rng.Int63n(int64(2*simMaxOffset))) - simMaxOffset
 		p.clk.rate = 1 + (s.rng.Float64()-0.5)*MaxClockRateDifference
+		if s.rng.Intn(2) == 0 { // at the edge of the margin, where it is tight
+			p.clk.rate = 1 + float64(2*s.rng.Intn(2)-1)*MaxClockRateDifference/2
+		}
 	}
 	p.e = newElection(simStore{s: s, p: p}, testConfig(simLease, simRenew), Options{
 		Identity: NewIdentity(fmt.Sprintf("writer-%d", p.n)), Clock: p.clk, Logger: discard,
@@ -389,8 +392,15 @@ func (s *sim) step() {
 	switch {
 	case r < 250: // time passes
 		d := time.Duration(s.rng.Int63n(int64(300 * time.Millisecond)))
-		if s.rng.Intn(20) == 0 {
+		switch s.rng.Intn(20) {
+		case 0:
 			d = time.Duration(s.rng.Int63n(int64(2 * simLease)))
+		case 1, 2, 3, 4, 5, 6:
+			// To the instant the first driver would wake (a real driver's timer fires there):
+			// boundaries are where an off-by-a-little in the rules shows.
+			if w, ok := s.nextWake(live); ok {
+				d = w
+			}
 		}
 		s.clk.Step(d)
 	case r < 450: // a request reaches the store
@@ -514,6 +524,21 @@ func (s *sim) step() {
 	}
 }
 
+// nextWake is the true time until the earliest live, running process's driver would wake.
+func (s *sim) nextWake(live []*simProc) (time.Duration, bool) {
+	var best time.Duration
+	found := false
+	for _, p := range live {
+		if p.paused || p.op != nil {
+			continue
+		}
+		if d := time.Duration(float64(p.e.nextDelay())/p.clk.rate) + time.Nanosecond; d > 0 && (!found || d < best) {
+			best, found = d, true
+		}
+	}
+	return best, found && best < 2*simLease
+}
+
 // outsideFault is a non-participant's delete or kubectl edit of the Lease.
 func (s *sim) outsideFault(live []*simProc, r int) {
 	cur, err := s.mem.Get(context.Background(), testLease)
@@ -545,7 +570,11 @@ func (s *sim) outsideFault(live []*simProc, r int) {
 		rt := metav1.NewMicroTime(s.clk.Now().Add(time.Duration(s.rng.Int63n(int64(4*simLease))) - 2*simLease))
 		next.Spec.RenewTime, what = &rt, "renewTime="+rt.String()
 	case 2:
-		secs := int32(1 + s.rng.Intn(int(2*simLease/time.Second)))
+		// Mostly shorter than the holders' own duration: the edit that must not shorten a wait.
+		secs := int32(1 + s.rng.Intn(int(simLease/time.Second)))
+		if s.rng.Intn(4) == 0 {
+			secs = int32(1 + s.rng.Intn(int(2*simLease/time.Second)))
+		}
 		next.Spec.LeaseDurationSeconds, what = &secs, fmt.Sprintf("leaseDurationSeconds=%d", secs)
 	case 3:
 		ep := int32(s.rng.Intn(int(epochOf(cur)) + 4))

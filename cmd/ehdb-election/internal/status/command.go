@@ -165,7 +165,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts Opti
 
 	leases, err := listLeases(ctx, cs, ns)
 	if err != nil {
-		msg, code := describeListError(err, cfg.Host, ns, opts.Name)
+		msg, code := describeListError(err, cfg.Host, ns, opts.Name, false)
 		fmt.Fprintln(stderr, msg)
 		return code
 	}
@@ -309,25 +309,29 @@ func listLeases(ctx context.Context, cs kubernetes.Interface, ns string) ([]coor
 	}
 }
 
-// describeListError turns a failed List into what the operator should do about it, and the exit
-// code.
-func describeListError(err error, host, ns, name string) (string, int) {
+// describeListError turns a failed List (or, with watch, a failed watch) into what the operator
+// should do about it, and the exit code.
+func describeListError(err error, host, ns, name string, watch bool) (string, int) {
 	var status apierrors.APIStatus
+	verbs, needs := "list", `verb "list"`
+	if watch {
+		verbs, needs = "list,watch", `verbs "list" and "watch"`
+	}
 	switch {
 	case apierrors.IsForbidden(err) && ns == metav1.NamespaceAll:
 		return fmt.Sprintf(`error: forbidden: %s
--A needs verb "list" on resource "leases" (API group "coordination.k8s.io") at the cluster scope,
-and your identity lacks it. Grant it with a ClusterRole that can list leases, e.g.:
-  kubectl create clusterrole ehdb-election-status --verb=list --resource=leases.coordination.k8s.io
+-A needs %s on resource "leases" (API group "coordination.k8s.io") at the cluster scope,
+and your identity lacks it. Grant it with a ClusterRole, e.g.:
+  kubectl create clusterrole ehdb-election-status --verb=%s --resource=leases.coordination.k8s.io
   kubectl create clusterrolebinding ehdb-election-status --clusterrole=ehdb-election-status %s
-or drop -A and name a namespace (-n) where you may list them.`, apiMessage(err), subjectFlag(apiMessage(err))), ExitDenied
+or drop -A and name a namespace (-n) where you may list them.`, apiMessage(err), needs, verbs, subjectFlag(apiMessage(err))), ExitDenied
 	case apierrors.IsForbidden(err):
 		return fmt.Sprintf(`error: forbidden: %s
-The view needs verb "list" on resource "leases" (API group "coordination.k8s.io") in namespace %s,
-and your identity lacks it. Grant it with a Role that can list leases, e.g.:
-  kubectl create role ehdb-election-status -n %s --verb=list --resource=leases.coordination.k8s.io
+The view needs %s on resource "leases" (API group "coordination.k8s.io") in namespace %s,
+and your identity lacks it. Grant it with a Role, e.g.:
+  kubectl create role ehdb-election-status -n %s --verb=%s --resource=leases.coordination.k8s.io
   kubectl create rolebinding ehdb-election-status -n %s --role=ehdb-election-status %s
-(--scrape also needs verb "get" on "pods/proxy".)`, apiMessage(err), ns, ns, ns, subjectFlag(apiMessage(err))), ExitDenied
+(--scrape also needs verb "get" on "pods/proxy".)`, apiMessage(err), needs, ns, ns, verbs, ns, subjectFlag(apiMessage(err))), ExitDenied
 	case apierrors.IsUnauthorized(err):
 		return fmt.Sprintf("error: the API server at %s rejected the kubeconfig's credentials (401 Unauthorized): %s\nRenew them (log in again) or choose another --context.", host, apiMessage(err)), ExitDenied
 	case errors.As(err, &status):
@@ -335,7 +339,11 @@ and your identity lacks it. Grant it with a Role that can list leases, e.g.:
 		if ns == metav1.NamespaceAll {
 			where = "in all namespaces"
 		}
-		return fmt.Sprintf("error: listing leases %s at %s: %s", where, host, apiMessage(err)), ExitError
+		doing := "listing"
+		if watch {
+			doing = "listing/watching"
+		}
+		return fmt.Sprintf("error: %s leases %s at %s: %s", doing, where, host, apiMessage(err)), ExitError
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -21,8 +22,9 @@ import (
 // event at all, at the instant the next live Lease expires, because expiry is the passing of
 // time, not a change to the object. Nothing polls.
 //
-// A failure of the first list ends the view with the one-shot view's message and exit code;
-// later failures are warnings while the informer reconnects.
+// A failure of the first list, and a denial at any time (the identity may lack "watch", or lose
+// its binding), end the view with the one-shot view's message and exit code; other failures are
+// warnings while the informer reconnects.
 func (v *view) watch(ctx context.Context, clk clock.Clock, minRedraw, requestTimeout time.Duration) int {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -80,7 +82,7 @@ func (v *view) watch(ctx context.Context, clk clock.Clock, minRedraw, requestTim
 	case <-ctx.Done():
 		return ExitOK
 	case err := <-failures:
-		msg, code := describeListError(err, v.host, v.ns, v.name)
+		msg, code := describeListError(err, v.host, v.ns, v.name, true)
 		fmt.Fprintln(v.stderr, msg)
 		return code
 	case <-reg.HasSyncedChecker().Done():
@@ -105,6 +107,12 @@ func (v *view) watch(ctx context.Context, clk clock.Clock, minRedraw, requestTim
 			case <-ctx.Done():
 				return ExitOK
 			case err := <-failures:
+				if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+					// Retrying a denial would re-list on a backoff: polling, and a stale view.
+					msg, code := describeListError(err, v.host, v.ns, v.name, true)
+					fmt.Fprintln(v.stderr, msg)
+					return code
+				}
 				fmt.Fprintf(v.stderr, "warning: watching leases: %s (reconnecting; the view may be stale until then)\n", apiMessage(err))
 				continue
 			case <-changed:

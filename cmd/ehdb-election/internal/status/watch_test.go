@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
@@ -164,19 +166,45 @@ func TestRunWatchRedrawsWhenALeaseExpires(t *testing.T) {
 	}
 }
 
-// A denial while starting ends the watch with the denial's exit code, instead of retrying in
-// silence; JSON output is one document per draw.
+// A denial ends the watch with the denial's exit code instead of retrying in silence (a retried
+// denial would re-list on a backoff: polling). Listing but not watching is a denial too, and the
+// hint names both verbs.
 func TestRunWatchDenied(t *testing.T) {
-	cs := fake.NewClientset()
-	cs.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "",
-			errors.New(`User "bob" cannot list resource "leases" in API group "coordination.k8s.io" in the namespace "noetl"`))
-	})
-	_, errOut, stop := watchRun(t, cs, clock.RealClock{}, "-o", "json")
-	waitFor(t, "the denial", errOut, "error: forbidden", 1)
-	if code := stop(); code != ExitDenied {
-		t.Errorf("exit %d, want %d:\n%s", code, ExitDenied, errOut.String())
+	forbidden := func(verb string) error {
+		return apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "",
+			errors.New(`User "bob" cannot `+verb+` resource "leases" in API group "coordination.k8s.io" in the namespace "noetl"`))
 	}
+	t.Run("list", func(t *testing.T) {
+		cs := fake.NewClientset()
+		cs.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, forbidden("list")
+		})
+		_, errOut, stop := watchRun(t, cs, clock.RealClock{}, "-o", "json")
+		waitFor(t, "the denial", errOut, "--verb=list,watch", 1)
+		if code := stop(); code != ExitDenied || !strings.Contains(errOut.String(), `User "bob" cannot list`) {
+			t.Errorf("exit %d, want %d:\n%s", code, ExitDenied, errOut.String())
+		}
+	})
+	// The identity may list, its first watch runs, then it loses "watch" (a binding edited or
+	// revoked): when the watch ends, the next one is denied and the view must stop, not re-list.
+	t.Run("watch denied after the first draw", func(t *testing.T) {
+		cs := fake.NewClientset(leaseIn("noetl", lease("ehdb-shard-00000000", "writer-0#a", 2, d(0), ptr.To[int32](15))))
+		first := watch.NewFake()
+		var watches atomic.Int32
+		cs.PrependWatchReactor("leases", func(k8stesting.Action) (bool, watch.Interface, error) {
+			if watches.Add(1) == 1 {
+				return true, first, nil
+			}
+			return true, nil, forbidden("watch")
+		})
+		out, errOut, stop := watchRun(t, cs, clock.RealClock{})
+		waitFor(t, "first draw", out, "writer-0#a", 1)
+		first.Stop() // the API server ends the watch (timeout, restart)
+		waitFor(t, "the denial", errOut, `verbs "list" and "watch"`, 1)
+		if code := stop(); code != ExitDenied || !strings.Contains(errOut.String(), `User "bob" cannot watch`) {
+			t.Errorf("exit %d, want %d:\n%s", code, ExitDenied, errOut.String())
+		}
+	})
 }
 
 func TestRunWatchWithScrapeIsUsage(t *testing.T) {

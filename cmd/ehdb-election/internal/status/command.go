@@ -62,7 +62,7 @@ type flags struct {
 }
 
 // defaultRequestTimeout bounds each API request unless --request-timeout says otherwise; a watch's
-// long-running request is bounded by the server instead (see watchView).
+// long-running request is bounded by the server instead (see view.watch).
 const defaultRequestTimeout = "15s"
 
 // Run is `status`: it parses args (the arguments after "status"), reads the shard Leases, and

@@ -114,3 +114,26 @@ func TestRunOutputFlag(t *testing.T) {
 		t.Errorf("exit %d: %s", code, errOut)
 	}
 }
+
+// The document is a runtime.Object; its deep copy shares nothing with the original.
+func TestDocumentDeepCopy(t *testing.T) {
+	doc := NewDocument(sampleReport(true))
+	doc.Clock = DocumentClock{Source: "apiserver", SkewSeconds: ptr.To(1.5)}
+	before, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := doc.DeepCopyObject().(*Document)
+	if got, _ := json.Marshal(c); string(got) != string(before) {
+		t.Fatalf("copy differs:\n%s\n%s", got, before)
+	}
+	*c.Clock.SkewSeconds = 9
+	*c.Leases[0].RenewTime = "x"
+	*c.Leases[0].ExpiresInSeconds = 9
+	*c.Leases[0].Scrape.TokenValid = false
+	c.Leases[0].Scrape.Error = "x"
+	c.Ignored[0].Name = "x"
+	if after, _ := json.Marshal(doc); string(after) != string(before) {
+		t.Errorf("changing the copy changed the original:\n%s\n%s", after, before)
+	}
+}

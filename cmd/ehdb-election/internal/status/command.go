@@ -119,6 +119,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts Opti
 			return ExitUsage
 		}
 	}
+	if _, err := clientcmd.ParseTimeout(*f.kube.Timeout); err != nil {
+		fmt.Fprintf(stderr, "error: --request-timeout %q: %v\n", *f.kube.Timeout, err)
+		return ExitUsage
+	}
 	if f.watch && f.scrape {
 		fmt.Fprintf(stderr, "error: --scrape cannot be combined with --watch: a pod's token validity changes without a Lease event, so a redraw would not show it; run --scrape on its own\n")
 		return ExitUsage

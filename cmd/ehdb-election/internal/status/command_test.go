@@ -323,6 +323,7 @@ func TestRunErrors(t *testing.T) {
 		{name: "unknown context", args: []string{"--kubeconfig", kc, "--context", "nope"}, code: ExitError,
 			want: []string{"loading the kubeconfig", `"nope"`}},
 		{name: "bad output", args: []string{"-o", "xml"}, code: ExitUsage, want: []string{`--output "xml": must be one of table, wide, json, yaml`}},
+		{name: "bad request timeout", args: []string{"--kubeconfig", kc, "--request-timeout", "soon"}, code: ExitUsage, want: []string{`--request-timeout "soon"`}},
 		{name: "bad namespace", args: []string{"-n", "Not_A_NS"}, code: ExitUsage, want: []string{"is not a namespace name"}},
 		{name: "unknown flag", args: []string{"--frobnicate"}, code: ExitUsage, want: []string{"unknown flag: --frobnicate", "status --help"}},
 		{name: "stray argument", args: []string{"noetl"}, code: ExitUsage, want: []string{`unexpected argument "noetl"`}},

@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -212,5 +213,43 @@ func TestRunWatchWithScrapeIsUsage(t *testing.T) {
 	code, _, errOut := runStatus(t, t0, "--watch", "--scrape")
 	if code != ExitUsage || !strings.Contains(errOut, "--scrape cannot be combined with --watch") {
 		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
+// -A --watch -o json: a stream of whole documents, one per draw, each parseable on its own; a
+// Lease created in a third namespace shows up in the next one.
+func TestRunWatchAllNamespacesJSONStream(t *testing.T) {
+	now := time.Now()
+	mk := func(ns, holder string) *coordinationv1.Lease {
+		return leaseIn(ns, lease("ehdb-shard-00000000", holder, 1, d(now.Sub(t0)), ptr.To[int32](300)))
+	}
+	cs := fake.NewClientset(mk("a", "writer-a#1"), mk("b", "writer-b#1"))
+	out, errOut, stop := watchRun(t, cs, clock.RealClock{}, "-A", "-o", "json")
+	waitFor(t, "first document", out, "writer-b#1", 1)
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if _, err := cs.CoordinationV1().Leases("c").Create(ctx, mk("c", "writer-c#1"), metav1.CreateOptions{}); err != nil {
+			// Created before the fake's watch began: delete and create again until one is seen.
+			_ = cs.CoordinationV1().Leases("c").Delete(ctx, "ehdb-shard-00000000", metav1.DeleteOptions{})
+		}
+		return strings.Contains(out.String(), "writer-c#1"), nil
+	})
+	if err != nil {
+		t.Fatalf("no document with the new Lease:\n%s\n%s", out.String(), errOut.String())
+	}
+	if code := stop(); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	dec := json.NewDecoder(strings.NewReader(out.String()))
+	var docs []Document
+	for dec.More() {
+		var doc Document
+		if err := dec.Decode(&doc); err != nil {
+			t.Fatalf("document %d: %v\n%s", len(docs), err, out.String())
+		}
+		docs = append(docs, doc)
+	}
+	last := docs[len(docs)-1]
+	if len(docs) < 2 || !last.AllNamespaces || len(last.Leases) != 3 || last.Leases[2].Namespace != "c" || last.Kind != DocumentKind {
+		t.Errorf("%d documents, the last: %+v", len(docs), last)
 	}
 }

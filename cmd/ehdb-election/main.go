@@ -6,12 +6,22 @@
 //
 //	go build -o ~/bin/kubectl-ehdb_election ./cmd/ehdb-election
 //	kubectl ehdb-election status -n noetl
+//	kubectl ehdb-election status -A --watch
 //
 // README.md beside this file documents the flags, the JSON fields and the exit codes.
 package main
 
-import "os"
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
 
 func main() {
-	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+	// Ctrl-C (or SIGTERM) ends a --watch cleanly, exit 0.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }

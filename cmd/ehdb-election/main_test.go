@@ -29,7 +29,7 @@ func TestMain(m *testing.M) { os.Exit(testcluster.Main(m)) }
 func runCLI(t *testing.T, argv ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(argv, &out, &errOut)
+	code := run(context.Background(), argv, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -303,6 +303,14 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 	if err := json.Unmarshal(out, &doc); err != nil || doc.Namespace != ns || len(doc.Leases) != 3 || doc.Leases[0].State != "live" {
 		t.Fatalf("%v\n%s", err, out)
+	}
+
+	// kubectl's own flags after the plugin's name are the plugin's: --as reaches the API server.
+	cmd = exec.Command(kubectl, "ehdb-election", "status", "-A", "--as", "alice")
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+c.Kubeconfig)
+	out, err = cmd.CombinedOutput()
+	if exit := (*exec.ExitError)(nil); !errors.As(err, &exit) || exit.ExitCode() != status.ExitDenied || !strings.Contains(string(out), `User "alice" cannot list`) {
+		t.Errorf("kubectl ehdb-election status -A --as alice: %v\n%s", err, out)
 	}
 
 	// The exit code comes through kubectl too, and usage names the plugin as the user typed it.

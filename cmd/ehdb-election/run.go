@@ -11,8 +11,9 @@ import (
 )
 
 // run is the CLI: argv is the full command line (argv[0] is how we were invoked, which names us
-// in usage: "kubectl ehdb-election" when run as a kubectl plugin). It returns the exit code.
-func run(argv []string, stdout, stderr io.Writer) int {
+// in usage: "kubectl ehdb-election" when run as a kubectl plugin). A --watch lasts until ctx ends.
+// It returns the exit code.
+func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 	name := "ehdb-election"
 	if len(argv) > 0 && strings.HasPrefix(filepath.Base(argv[0]), "kubectl-") {
 		name = "kubectl ehdb-election"
@@ -27,7 +28,7 @@ func run(argv []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "status":
-		return status.Run(context.Background(), args[1:], stdout, stderr, status.Options{Name: name})
+		return status.Run(ctx, args[1:], stdout, stderr, status.Options{Name: name})
 	case "help", "-h", "--help":
 		usage(stdout, name)
 		return status.ExitOK
@@ -41,7 +42,8 @@ func usage(w io.Writer, name string) {
 	fmt.Fprintf(w, `Usage: %[1]s <command> [flags]
 
 Commands:
-  status   every ehdb-shard-* Lease of a namespace: shard, holder, epoch, renewed, expires, live/expired/released
+  status   every ehdb-shard-* Lease of a namespace (-A: of all): shard, holder, epoch, renewed, expires,
+           live/expired/released judged on the API server's clock; --watch keeps it open
 
 Run '%[1]s status --help' for its flags.
 `, name)

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,11 +35,17 @@ type fakeServer struct {
 	pages  map[string][]coordinationv1.Lease // by namespace; served two per page
 	namesp map[string]bool                   // namespaces that exist
 	fail   int                               // when set, the lease list answers this status
+	// date, when set, is the server's clock: each answer's Date header. Unset, answers carry no
+	// Date header (the client then has only its own clock).
+	date func() time.Time
+	// headers are the identity headers of each request, in order.
+	headers []http.Header
 }
 
 func newFakeServer(t *testing.T) *fakeServer {
 	f := &fakeServer{pages: map[string][]coordinationv1.Lease{}, namesp: map[string]bool{}}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	// TLS: client-go sends credentials (--token, the kubeconfig's token) only over TLS.
+	f.Server = httptest.NewTLSServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.Close)
 	return f
 }
@@ -45,17 +54,45 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.paths = append(f.paths, r.URL.RequestURI())
+	h := http.Header{}
+	for _, k := range []string{"Authorization", "Impersonate-User", "Impersonate-Group"} {
+		if v, ok := r.Header[k]; ok {
+			h[k] = v
+		}
+	}
+	f.headers = append(f.headers, h)
+	if f.date != nil {
+		w.Header().Set("Date", f.date().UTC().Format(http.TimeFormat))
+	} else {
+		w.Header()["Date"] = nil // net/http would add the real clock's
+	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	allNS := len(parts) == 4 && parts[0] == "apis" && parts[1] == "coordination.k8s.io" && parts[3] == "leases"
 	switch {
-	case len(parts) == 6 && parts[0] == "apis" && parts[1] == "coordination.k8s.io" && parts[5] == "leases":
-		ns := parts[4]
+	case allNS || len(parts) == 6 && parts[0] == "apis" && parts[1] == "coordination.k8s.io" && parts[5] == "leases":
+		var ns string
+		var all []coordinationv1.Lease
+		if allNS {
+			for _, n := range slices.Sorted(maps.Keys(f.pages)) {
+				for _, l := range f.pages[n] {
+					l.Namespace = n
+					all = append(all, l)
+				}
+			}
+		} else {
+			ns = parts[4]
+			for _, l := range f.pages[ns] {
+				l.Namespace = ns
+				all = append(all, l)
+			}
+		}
 		if f.fail != 0 {
 			// What the API server answers, for each failure the command tells apart.
 			st := map[int]metav1.Status{
 				401: {Reason: metav1.StatusReasonUnauthorized, Message: "Unauthorized"},
-				403: {Reason: metav1.StatusReasonForbidden, Message: `leases.coordination.k8s.io is forbidden: User "bob" cannot list resource "leases" in API group "coordination.k8s.io" in the namespace "` + ns + `"`},
+				403: {Reason: metav1.StatusReasonForbidden, Message: forbiddenMessage(ns)},
 				500: {Reason: metav1.StatusReasonInternalError, Message: "Internal error occurred: etcdserver: request timed out"},
 			}[f.fail]
 			st.TypeMeta, st.Status, st.Code = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, metav1.StatusFailure, int32(f.fail)
@@ -63,7 +100,6 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 			enc.Encode(st)
 			return
 		}
-		all := f.pages[ns]
 		start := 0
 		if c := r.URL.Query().Get("continue"); c != "" {
 			start = len(c) // the token is just a string of that many characters
@@ -87,12 +123,22 @@ func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// kubeconfig writes a kubeconfig of the fake server (see kubeconfig).
+func (f *fakeServer) kubeconfig(t *testing.T) string {
+	t.Helper()
+	return kubeconfig(t, f.URL, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw}))
+}
+
 // kubeconfig writes a kubeconfig with two contexts: "main" (namespace noetl, current) and
-// "other" (namespace other), both pointing at server.
-func kubeconfig(t *testing.T, server string) string {
+// "other" (namespace other), both pointing at server, whose CA is ca (if any), user "u" with
+// token "t".
+func kubeconfig(t *testing.T, server string, ca ...[]byte) string {
 	t.Helper()
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: server}
+	if len(ca) > 0 {
+		kc.Clusters["c"].CertificateAuthorityData = ca[0]
+	}
 	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: "t"}
 	kc.Contexts["main"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u", Namespace: "noetl"}
 	kc.Contexts["other"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u", Namespace: "other"}
@@ -129,7 +175,7 @@ func TestRunLivenessAtTheBoundary(t *testing.T) {
 		lease("ehdb-shard-00000002", "writer-2#b", 1, d(-time.Minute), ptr.To[int32](15)),
 		lease("ehdb-shard-nothex00", "y#z", 1, d(0), ptr.To[int32](15)),
 	}
-	kc := kubeconfig(t, f.URL)
+	kc := f.kubeconfig(t)
 
 	states := func(now time.Time) []string {
 		code, out, errOut := runStatus(t, now, "--kubeconfig", kc, "-o", "json")
@@ -181,7 +227,7 @@ func TestRunTable(t *testing.T) {
 	f := newFakeServer(t)
 	f.pages["noetl"] = []coordinationv1.Lease{lease("ehdb-shard-00000000", "writer-0#a", 2, d(0), ptr.To[int32](15)),
 		lease("ehdb-shard-bad", "y#z", 1, d(0), ptr.To[int32](15))}
-	code, out, errOut := runStatus(t, t0.Add(5*time.Second), "--kubeconfig", kubeconfig(t, f.URL))
+	code, out, errOut := runStatus(t, t0.Add(5*time.Second), "--kubeconfig", f.kubeconfig(t))
 	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -199,7 +245,7 @@ func TestRunTable(t *testing.T) {
 func TestRunKubeconfigLikeKubectl(t *testing.T) {
 	isolate(t)
 	f := newFakeServer(t)
-	kc := kubeconfig(t, f.URL)
+	kc := f.kubeconfig(t)
 	f.namesp["noetl"], f.namesp["other"], f.namesp["ns3"] = true, true, true
 	tests := []struct {
 		name   string
@@ -242,7 +288,7 @@ func TestRunKubeconfigLikeKubectl(t *testing.T) {
 func TestRunErrors(t *testing.T) {
 	isolate(t)
 	f := newFakeServer(t)
-	kc := kubeconfig(t, f.URL)
+	kc := f.kubeconfig(t)
 
 	// A port nothing listens on: take one from the kernel and give it back.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -276,7 +322,8 @@ func TestRunErrors(t *testing.T) {
 			want: []string{"loading the kubeconfig", "/nonexistent/kc"}},
 		{name: "unknown context", args: []string{"--kubeconfig", kc, "--context", "nope"}, code: ExitError,
 			want: []string{"loading the kubeconfig", `"nope"`}},
-		{name: "bad output", args: []string{"-o", "yaml"}, code: ExitUsage, want: []string{`--output "yaml": must be table or json`}},
+		{name: "bad output", args: []string{"-o", "xml"}, code: ExitUsage, want: []string{`--output "xml": must be one of table, wide, json, yaml`}},
+		{name: "bad request timeout", args: []string{"--kubeconfig", kc, "--request-timeout", "soon"}, code: ExitUsage, want: []string{`--request-timeout "soon"`}},
 		{name: "bad namespace", args: []string{"-n", "Not_A_NS"}, code: ExitUsage, want: []string{"is not a namespace name"}},
 		{name: "unknown flag", args: []string{"--frobnicate"}, code: ExitUsage, want: []string{"unknown flag: --frobnicate", "status --help"}},
 		{name: "stray argument", args: []string{"noetl"}, code: ExitUsage, want: []string{`unexpected argument "noetl"`}},
@@ -319,4 +366,12 @@ func TestRunHelp(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, "--scrape") || !strings.Contains(out, "-n, --namespace") || errOut != "" {
 		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
+}
+
+// forbiddenMessage is the API server's denial of bob's list, in a namespace or ("") cluster-wide.
+func forbiddenMessage(ns string) string {
+	if ns == "" {
+		return `leases.coordination.k8s.io is forbidden: User "bob" cannot list resource "leases" in API group "coordination.k8s.io" at the cluster scope`
+	}
+	return `leases.coordination.k8s.io is forbidden: User "bob" cannot list resource "leases" in API group "coordination.k8s.io" in the namespace "` + ns + `"`
 }

@@ -33,8 +33,9 @@ const (
 // Row is one shard Lease as the view shows it. Durations are relative to the instant the view was
 // computed at (Report.ObservedAt).
 type Row struct {
-	Name  string
-	Shard uint32
+	Namespace string
+	Name      string
+	Shard     uint32
 	// Holder is spec.holderIdentity ("" when released); Pod the hostname part of "<pod>#<uuid>".
 	Holder string
 	Pod    string
@@ -62,8 +63,9 @@ type Row struct {
 // reported rather than dropped silently: someone made it by hand or with a different tool, and an
 // operator looking for a shard should know it is not being read.
 type Ignored struct {
-	Name   string
-	Reason string
+	Namespace string
+	Name      string
+	Reason    string
 }
 
 // ParseShard decodes a shard Lease name: exactly LeasePrefix followed by 8 lowercase hex digits,
@@ -95,7 +97,8 @@ func PodOf(holder string) string {
 	return pod
 }
 
-// Rows computes the view of every shard Lease among leases at the instant now, sorted by shard.
+// Rows computes the view of every shard Lease among leases at the instant now, sorted by namespace,
+// then shard.
 // Leases whose names do not start with LeasePrefix are not ours and are skipped silently; those
 // that start with it but do not decode are returned as ignored, with the reason.
 func Rows(leases []coordinationv1.Lease, now time.Time) ([]Row, []Ignored) {
@@ -108,13 +111,23 @@ func Rows(leases []coordinationv1.Lease, now time.Time) ([]Row, []Ignored) {
 		}
 		shard, err := ParseShard(l.Name)
 		if err != nil {
-			ignored = append(ignored, Ignored{Name: l.Name, Reason: err.Error()})
+			ignored = append(ignored, Ignored{Namespace: l.Namespace, Name: l.Name, Reason: err.Error()})
 			continue
 		}
 		rows = append(rows, row(l, shard, now))
 	}
-	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Shard < rows[j].Shard })
-	sort.SliceStable(ignored, func(i, j int) bool { return ignored[i].Name < ignored[j].Name })
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Namespace != rows[j].Namespace {
+			return rows[i].Namespace < rows[j].Namespace
+		}
+		return rows[i].Shard < rows[j].Shard
+	})
+	sort.SliceStable(ignored, func(i, j int) bool {
+		if ignored[i].Namespace != ignored[j].Namespace {
+			return ignored[i].Namespace < ignored[j].Namespace
+		}
+		return ignored[i].Name < ignored[j].Name
+	})
 	return rows, ignored
 }
 
@@ -124,7 +137,7 @@ func Rows(leases []coordinationv1.Lease, now time.Time) ([]Row, []Ignored) {
 // count it either.
 func row(l *coordinationv1.Lease, shard uint32, now time.Time) Row {
 	s := l.Spec
-	r := Row{Name: l.Name, Shard: shard}
+	r := Row{Namespace: l.Namespace, Name: l.Name, Shard: shard}
 	if s.HolderIdentity != nil {
 		r.Holder = *s.HolderIdentity
 		r.Pod = PodOf(r.Holder)

@@ -204,7 +204,8 @@ type ScrapeOptions struct {
 }
 
 // ScrapeRows fills in Scrape on every row: the holder pod's token_valid and epoch, or why they
-// could not be read. It never fails; each row carries its own outcome.
+// could not be read. It never fails; each row carries its own outcome. A row's pod is looked up in
+// the row's namespace, or in namespace when the row has none.
 func ScrapeRows(ctx context.Context, f Fetcher, namespace string, rows []Row, opts ScrapeOptions) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
@@ -229,7 +230,11 @@ func ScrapeRows(ctx context.Context, f Fetcher, namespace string, rows []Row, op
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r.Scrape = scrapeOne(ctx, f, namespace, r.Pod, opts.Timeout)
+			ns := namespace
+			if r.Namespace != "" {
+				ns = r.Namespace
+			}
+			r.Scrape = scrapeOne(ctx, f, ns, r.Pod, opts.Timeout)
 		}()
 	}
 	wg.Wait()

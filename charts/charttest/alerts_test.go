@@ -420,3 +420,42 @@ func alertNames(m map[string]alertRule) []string {
 	slices.Sort(out)
 	return out
 }
+
+func TestAlertValuesSchema(t *testing.T) {
+	alert := func(name string, v map[string]any) map[string]any {
+		return ruleValues(map[string]any{"alerts": map[string]any{name: v}})
+	}
+	cases := []struct {
+		name   string
+		values map[string]any
+		path   string
+	}{
+		{"zero flapping window", alert("holderFlapping", map[string]any{"window": "0m"}), "/metrics/prometheusRule/alerts/holderFlapping/window"},
+		{"flapping window not a duration", alert("holderFlapping", map[string]any{"window": "ten minutes"}), "/metrics/prometheusRule/alerts/holderFlapping/window"},
+		{"negative maxChanges", alert("holderFlapping", map[string]any{"maxChanges": -1}), "/metrics/prometheusRule/alerts/holderFlapping/maxChanges"},
+		{"maxChanges a string", alert("holderFlapping", map[string]any{"maxChanges": "3"}), "/metrics/prometheusRule/alerts/holderFlapping/maxChanges"},
+		{"empty lookback", alert("noValidToken", map[string]any{"lookback": ""}), "/metrics/prometheusRule/alerts/noValidToken/lookback"},
+		{"zero epoch lookback", alert("epochBackwards", map[string]any{"lookback": "0"}), "/metrics/prometheusRule/alerts/epochBackwards/lookback"},
+		{"the removed per-writer alert", alert("tokenNotValid", map[string]any{"enabled": true, "for": "2m", "severity": "critical"}), "'tokenNotValid' not allowed"},
+		{"webhook alert without severity", alert("webhookDown", map[string]any{"severity": ""}), "/metrics/prometheusRule/alerts/webhookDown/severity"},
+		{"webhook selector with braces", ruleValues(map[string]any{"webhookSelector": `{job="x"}`}), "/metrics/prometheusRule/webhookSelector"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Render(Name, testNS, tc.values)
+			if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.path) {
+				t.Fatalf("want a schema error naming %q, got %v", tc.path, err)
+			}
+		})
+	}
+	// Positive controls: the bounds themselves are accepted.
+	for _, v := range []map[string]any{
+		alert("holderFlapping", map[string]any{"window": "1h30m", "maxChanges": 0}),
+		alert("noValidToken", map[string]any{"lookback": "90s", "for": "0s"}),
+		alert("epochBackwards", map[string]any{"lookback": "1d"}),
+	} {
+		if _, err := Render(Name, testNS, v); err != nil {
+			t.Errorf("%v refused: %v", v, err)
+		}
+	}
+}

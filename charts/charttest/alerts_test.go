@@ -28,6 +28,7 @@ func ruleValues(extra map[string]any) map[string]any {
 
 // writer is one writer process's series; an empty field leaves that series out.
 type writer struct {
+	job   string // default noetl-cmdbus-writer
 	pod   string
 	shard int
 	info  string // ehdb_election_info
@@ -36,7 +37,11 @@ type writer struct {
 }
 
 func (w writer) target() string {
-	return fmt.Sprintf(`job="noetl-cmdbus-writer",instance="%s.noetl-cmdbus-writer-headless:9090",namespace="noetl",pod="%s"`, w.pod, w.pod)
+	job := w.job
+	if job == "" {
+		job = "noetl-cmdbus-writer"
+	}
+	return fmt.Sprintf(`job=%q,instance="%s.noetl-cmdbus-writer-headless:9090",namespace="noetl",pod="%s"`, job, w.pod, w.pod)
 }
 
 func (w writer) lines() []string {
@@ -112,6 +117,16 @@ func TestAlertShardNoValidToken(t *testing.T) {
 			writer{pod: "w-0", info: "1x48", valid: "1x48"},
 			writer{pod: "w-9", valid: "0x48"},
 		)},
+		{name: "every writer scraped by two jobs: still one answer per shard", until: 5 * time.Minute, series: writers(
+			writer{pod: "w-0", info: "1x20", valid: "1x20"},
+			writer{pod: "w-0b", info: "1x20", valid: "0x20"},
+			writer{job: "kubernetes-pods", pod: "w-0", info: "1x20", valid: "1x20"},
+			writer{job: "kubernetes-pods", pod: "w-0b", info: "1x20", valid: "0x20"},
+		)},
+		{name: "a writer restarted in place (new identity, same Pod)", until: 5 * time.Minute, series: append(writers(
+			writer{pod: "w-0", info: "1x20", valid: "1x20"}),
+			`ehdb_election_info{job="noetl-cmdbus-writer",instance="w-0.noetl-cmdbus-writer-headless:9090",namespace="noetl",pod="w-0",exported_namespace="noetl",shard="0",lease="ehdb-shard-00000000",identity="w-0#previous-process"} 1x4 _x16`,
+		)},
 	}
 	mutants := []mutant{
 		{"the per-writer rule this replaces", withExpr(`ehdb_election_token_valid{namespace="noetl"} == 0 and ehdb_election_active{namespace="noetl"} == 1`)},
@@ -122,6 +137,7 @@ func TestAlertShardNoValidToken(t *testing.T) {
 			return r
 		}},
 		{"no pending time", withFor(0)},
+		{"the info side not reduced to one series per Pod", replaceExpr(`max by (namespace, pod, shard, lease) (ehdb_election_info{namespace="noetl"})`, `ehdb_election_info{namespace="noetl"}`)},
 	}
 	runAlertCases(t, rule, cases, mutants)
 }

@@ -215,22 +215,22 @@ func newEngine() *promql.Engine {
 }
 
 // firing evaluates rule every evalInterval from 0 to until and returns, per evaluation time, the
-// label sets (as strings, sorted) of the alerts firing then.
-func firing(t *testing.T, st *memStorage, rule alertRule, until time.Duration) map[time.Duration][]labels.Labels {
-	t.Helper()
+// label sets (sorted) of the alerts firing then. An evaluation error (e.g. an ambiguous join) is an
+// error: Prometheus would evaluate no alert at all.
+func firing(st *memStorage, rule alertRule, until time.Duration) (map[time.Duration][]labels.Labels, error) {
 	ng := newEngine()
 	activeAt := map[string]time.Duration{}
 	out := map[time.Duration][]labels.Labels{}
 	for at := time.Duration(0); at <= until; at += evalInterval {
 		q, err := ng.NewInstantQuery(context.Background(), st, nil, rule.Expr, time.Unix(0, 0).Add(at))
 		if err != nil {
-			t.Fatalf("%s: %v", rule.Name, err)
+			return nil, fmt.Errorf("%s: %w", rule.Name, err)
 		}
 		res := q.Exec(context.Background())
 		vec, err := res.Vector()
 		q.Close()
 		if err != nil {
-			t.Fatalf("%s at %v: %v", rule.Name, at, err)
+			return nil, fmt.Errorf("%s at %v: %w", rule.Name, at, err)
 		}
 		now := map[string]bool{}
 		for _, s := range vec {
@@ -256,7 +256,7 @@ func firing(t *testing.T, st *memStorage, rule alertRule, until time.Duration) m
 		}
 		sort.Slice(out[at], func(i, j int) bool { return labels.Compare(out[at][i], out[at][j]) < 0 })
 	}
-	return out
+	return out, nil
 }
 
 // alertCase is one rule test: series, and what must (or must not) fire.
@@ -273,7 +273,10 @@ type alertCase struct {
 // check runs c against rule and returns what went wrong ("" when the case holds).
 func (c alertCase) check(t *testing.T, rule alertRule) string {
 	t.Helper()
-	got := firing(t, loadSeries(t, evalInterval, c.series...), rule, c.until)
+	got, err := firing(loadSeries(t, evalInterval, c.series...), rule, c.until)
+	if err != nil {
+		return "evaluation failed: " + err.Error()
+	}
 	if c.want == nil {
 		for at := time.Duration(0); at <= c.until; at += evalInterval {
 			if len(got[at]) > 0 {

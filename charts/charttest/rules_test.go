@@ -204,12 +204,14 @@ func (l *listSeriesSet) Warnings() annotations.Annotations { return nil }
 // (Prometheus's global evaluation_interval).
 const evalInterval = 15 * time.Second
 
-func newEngine() *promql.Engine {
+func newEngine() *promql.Engine { return newEngineStep(evalInterval) }
+
+func newEngineStep(step time.Duration) *promql.Engine {
 	return promql.NewEngine(promql.EngineOpts{
 		MaxSamples:               10_000_000,
 		Timeout:                  time.Minute,
 		LookbackDelta:            5 * time.Minute,
-		NoStepSubqueryIntervalFn: func(int64) int64 { return evalInterval.Milliseconds() },
+		NoStepSubqueryIntervalFn: func(int64) int64 { return step.Milliseconds() },
 		Parser:                   promParser,
 	})
 }
@@ -218,10 +220,15 @@ func newEngine() *promql.Engine {
 // label sets (sorted) of the alerts firing then. An evaluation error (e.g. an ambiguous join) is an
 // error: Prometheus would evaluate no alert at all.
 func firing(st *memStorage, rule alertRule, until time.Duration) (map[time.Duration][]labels.Labels, error) {
-	ng := newEngine()
+	return firingStep(st, rule, evalInterval, until)
+}
+
+// firingStep is firing with evaluations (and subquery steps) every step.
+func firingStep(st *memStorage, rule alertRule, step, until time.Duration) (map[time.Duration][]labels.Labels, error) {
+	ng := newEngineStep(step)
 	activeAt := map[string]time.Duration{}
 	out := map[time.Duration][]labels.Labels{}
-	for at := time.Duration(0); at <= until; at += evalInterval {
+	for at := time.Duration(0); at <= until; at += step {
 		q, err := ng.NewInstantQuery(context.Background(), st, nil, rule.Expr, time.Unix(0, 0).Add(at))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", rule.Name, err)

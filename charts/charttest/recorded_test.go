@@ -73,14 +73,14 @@ func TestAlertsOnRecordedSeries(t *testing.T) {
 		t.Skip("this tree's election package exports no ehdb_election_info (the per-shard alerts join on it)")
 	}
 	b, stopB := start("noetl-cmdbus-writer-5-standby")
-	run(2 * time.Second) // a hot standby beside a valid holder
+	run(time.Second) // a hot standby beside a valid holder
 	stopA()              // the holder crashes: no release
 	rec.kill("noetl-cmdbus-writer-5")
 	waitValid(b, "the standby") // it takes over once the Lease has expired and stayed unchanged for a lease
-	run(2 * time.Second)
+	run(time.Second)
 	stopB() // the last writer crashes
 	rec.kill("noetl-cmdbus-writer-5-standby")
-	run(forDur + 2*time.Second)
+	run(forDur + time.Second)
 	st := rec.storage()
 	until := rec.elapsed()
 
@@ -96,6 +96,7 @@ func TestAlertsOnRecordedSeries(t *testing.T) {
 	// sample (not a stale marker) is 1? Firing once that has been false for `for`.
 	var since time.Duration = -1
 	var sawStandby, sawTakeover, sawFiring bool
+	var longestGap time.Duration // without a valid writer, before the last crash
 	holders := map[string]bool{}
 	for at := time.Duration(0); at <= until; at += scrape {
 		valid, present := 0, 0
@@ -119,6 +120,9 @@ func TestAlertsOnRecordedSeries(t *testing.T) {
 				since = at
 			}
 			want = at-since >= forDur
+			if present > 0 && at-since > longestGap {
+				longestGap = at - since
+			}
 		} else {
 			since = -1
 		}
@@ -133,6 +137,7 @@ func TestAlertsOnRecordedSeries(t *testing.T) {
 			t.Errorf("at %v: alert firing %v; the recording says %v (valid writers %d of %d)", at, fired, want, valid, present)
 		}
 	}
+	t.Logf("recorded %d series over %v; longest time without a valid writer while one was running: %v", len(st.series), until, longestGap)
 	if !sawStandby || !sawTakeover || !sawFiring {
 		t.Errorf("the recording did not cover the scenario: hot standby %v, takeover %v, alert after the last crash %v", sawStandby, sawTakeover, sawFiring)
 	}

@@ -73,7 +73,7 @@ func TestAlertsOnRecordedSeries(t *testing.T) {
 		t.Skip("this tree's election package exports no ehdb_election_info (the per-shard alerts join on it)")
 	}
 	b, stopB := start("noetl-cmdbus-writer-5-standby")
-	run(time.Second) // a hot standby beside a valid holder
+	run(forDur + time.Second) // a hot standby beside a valid holder, longer than the alert's for
 	stopA()          // the holder crashes: no release
 	rec.kill("noetl-cmdbus-writer-5")
 	waitValid(b, "the standby") // it takes over once the Lease has expired and stayed unchanged for a lease

@@ -74,7 +74,7 @@ func TestAlertsOnRecordedSeries(t *testing.T) {
 	}
 	b, stopB := start("noetl-cmdbus-writer-5-standby")
 	run(forDur + time.Second) // a hot standby beside a valid holder, longer than the alert's for
-	stopA()          // the holder crashes: no release
+	stopA()                   // the holder crashes: no release
 	rec.kill("noetl-cmdbus-writer-5")
 	waitValid(b, "the standby") // it takes over once the Lease has expired and stayed unchanged for a lease
 	run(time.Second)

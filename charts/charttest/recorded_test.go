@@ -42,6 +42,7 @@ func TestAlertsOnRecordedSeries(t *testing.T) {
 	start := func(pod string) (*election.Election, context.CancelFunc) {
 		reg := prometheus.NewRegistry()
 		cctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
 		e, err := election.Start(cctx, store, cfg, election.Options{Registerer: reg, Identity: election.NewIdentity(pod), Logger: quiet})
 		if err != nil {
 			t.Fatal(err)

@@ -347,8 +347,8 @@ func runAlertCases(t *testing.T, rule alertRule, cases []alertCase, mutants []mu
 	}
 }
 
-// replaceOnce returns a mutator that replaces old with new in the expression, failing loudly (via
-// an unchanged rule) when old is not there.
+// replaceExpr returns a mutator that replaces old with new in the expression; when old is not
+// there the rule comes back unchanged, which runAlertCases reports as a stale mutation.
 func replaceExpr(old, new string) func(alertRule) alertRule {
 	return func(r alertRule) alertRule {
 		if strings.Contains(r.Expr, old) {

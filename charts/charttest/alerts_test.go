@@ -168,9 +168,9 @@ func TestAlertShardFlapping(t *testing.T) {
 			writer{pod: "w-0b", info: "1x72", epoch: "2x51 11x20"},
 			writer{pod: "w-0c", info: "1x72", epoch: "1x72"},
 		)},
-		{name: "epoch steady for an hour", until: 60 * time.Minute, series: writers(
-			writer{pod: "w-0", info: "1x240", epoch: "42x240"},
-			writer{pod: "w-0b", info: "1x240", epoch: "41x240"},
+		{name: "epoch steady for half an hour", until: 30 * time.Minute, series: writers(
+			writer{pod: "w-0", info: "1x120", epoch: "42x120"},
+			writer{pod: "w-0b", info: "1x120", epoch: "41x120"},
 		)},
 	}
 	mutants := []mutant{

@@ -697,37 +697,6 @@ func TestWriterRBACOnlyRelease(t *testing.T) {
 	}
 }
 
-func TestPrometheusRule(t *testing.T) {
-	r := mustRender(t, mustValuesFile(t, "ci/full-values.yaml"))
-	pr := r.Find("PrometheusRule", "ehdb-election")
-	if pr == nil {
-		t.Fatal("PrometheusRule not rendered")
-	}
-	groups, _, _ := unstructured.NestedSlice(pr.Object, "spec", "groups")
-	exprs := map[string]string{}
-	for _, g := range groups {
-		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
-		for _, rule := range rules {
-			m := rule.(map[string]any)
-			exprs[m["alert"].(string)] = m["expr"].(string)
-		}
-	}
-	sel := `namespace="noetl",job="noetl-cmdbus-writer"`
-	want := map[string]string{
-		"EhdbElectionTokenNotValid":  `ehdb_election_token_valid{` + sel + `} == 0 and ehdb_election_active{` + sel + `} == 1`,
-		"EhdbElectionForbidden":      `rate(ehdb_election_errors_total{reason="forbidden",` + sel + `}[5m]) > 0`,
-		"EhdbElectionWebhookDenials": `sum by (kind, reason) (increase(ehdb_webhook_decisions_total{result="denied"}[10m])) > 0`,
-	}
-	if !reflect.DeepEqual(exprs, want) {
-		t.Errorf("alerts:\n got %v\nwant %v", exprs, want)
-	}
-	// The default selector is the release namespace.
-	r = mustRender(t, map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"enabled": true}}})
-	if !strings.Contains(r.Manifest, `ehdb_election_token_valid{namespace="noetl"} == 0`) {
-		t.Error("default writer selector is not the release namespace")
-	}
-}
-
 func TestNotesGiveTheStepsInTheDesignsOrder(t *testing.T) {
 	notes := mustRender(t, nil).Notes
 	steps := []string{

@@ -39,6 +39,10 @@ test: controlplane lint ## Everything: unit, chart and end-to-end tests on the l
 	@if [ "$$(id -u)" = 0 ] && [ -z "$${EHDB_SKIP_NODE:-}" ]; then $(MAKE) --no-print-directory e2e-node; \
 	else echo "test: e2e-node skipped (it needs root; EHDB_SKIP_NODE=$${EHDB_SKIP_NODE:-}): run sudo make e2e-node"; fi
 
+.PHONY: sim
+sim: ## The election's randomized fault simulation at a larger budget: SIM_SEEDS=3000 (make test runs 300)
+	EHDB_SIM_SEEDS=$${SIM_SEEDS:-3000} $(GO) test -count=1 -timeout 0 -v -run 'TestRandomizedSimulation$$' ./election/
+
 .PHONY: unit
 unit: ## Unit tests only (integration tests skip without a control plane)
 	$(GO) test -count=1 ./...

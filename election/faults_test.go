@@ -128,3 +128,33 @@ func TestACandidateNeverTrustsAShortenedDuration(t *testing.T) {
 		t.Fatalf("candidate: %+v, want a valid epoch 2 once the holder's own duration ran out", tok)
 	}
 }
+
+// Clock rates: the holder's clock runs slow and the candidate's fast, each at the edge of
+// MaxClockRateDifference/2. The candidate sees the holder's last write the instant it is made and
+// takes over at the first instant its own clock allows; the holder's token, shortened by the
+// margin, has lapsed by then (without the margin it would still be valid for about 1% of a lease).
+func TestClockRatesWithinTheMarginNeverOverlap(t *testing.T) {
+	truth := clocktesting.NewFakeClock(t0)
+	clockAt := func(rate float64) *simClock {
+		return &simClock{Clock: truth, true: truth, origin: truth.Now(), rate: rate}
+	}
+	slow, fast := clockAt(1-MaxClockRateDifference/2), clockAt(1+MaxClockRateDifference/2)
+	store := NewMemoryStore()
+	mk := func(id string, c *simClock) *Election {
+		e := newElection(store, testConfig(lease, renew), Options{Identity: id, Clock: c, Logger: discard})
+		e.boot = c.bootTime
+		return e
+	}
+	holder, cand := mk("holder#1", slow), mk("candidate#2", fast)
+	holder.round(ctx)
+	cand.round(ctx) // sees the holder's write at once
+	for !cand.Token().Valid {
+		d := cand.nextDelay()
+		truth.Step(time.Duration(float64(d)/fast.rate) + time.Nanosecond)
+		cand.round(ctx)
+		notBothValid(t, "at the candidate's first allowed instant", holder, cand)
+	}
+	if truth.Since(t0) > lease+lease/50 {
+		t.Fatalf("the candidate took over only after %v", truth.Since(t0))
+	}
+}

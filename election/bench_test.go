@@ -5,12 +5,14 @@ import (
 	"testing"
 
 	"k8s.io/utils/clock"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 // holding returns a holder on the in-memory store with the real clock, as a writer would run it.
 func holding(tb testing.TB) *Election {
 	tb.Helper()
-	store := NewMemoryStore()
+	store := fake.NewLeaseStore()
 	e := newElection(store, testConfig(lease, renew), Options{Identity: "bench#1", Clock: clock.RealClock{}, Logger: discard})
 	e.round(context.Background())
 	if !e.Token().Valid {

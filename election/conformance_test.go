@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 // rawStore is a store without the election's guard rails (its Update sends whatever it is given),
@@ -108,4 +110,4 @@ func storeConformance(t *testing.T, s rawStore) {
 	}
 }
 
-func TestMemoryStoreConformance(t *testing.T) { storeConformance(t, NewMemoryStore()) }
+func TestMemoryStoreConformance(t *testing.T) { storeConformance(t, fake.NewLeaseStore()) }

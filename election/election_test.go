@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 var ctx = context.Background()
@@ -49,7 +51,7 @@ func TestARestartedWriterInheritsTheEpochUnlessIdentityIsPerProcess(t *testing.T
 		{"per-process identity does not", func() string { return NewIdentity(pod) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store, clk := NewMemoryStore(), clocktesting.NewFakeClock(t0)
+			store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
 			before := newSync(t, store, clk, tc.identity(), lease, renew)
 			before.round(ctx)
 			wantToken(t, "predecessor", before, 1, true)
@@ -115,7 +117,7 @@ func TestLivenessBoundaryIsStrict(t *testing.T) {
 // far longer than the duration (its clock runs behind the holder's) still may not take over at
 // renewTime + duration, and does 1µs later.
 func TestCandidateTakesOverOnlyAfterTheExactInstant(t *testing.T) {
-	store := NewMemoryStore()
+	store := fake.NewLeaseStore()
 	holderClk := clocktesting.NewFakeClock(t0)
 	holder := newSync(t, store, holderClk, "holder#1", lease, renew)
 	holder.round(ctx)
@@ -135,7 +137,7 @@ func TestCandidateTakesOverOnlyAfterTheExactInstant(t *testing.T) {
 // A takeover also needs the record to have stood still for more than the duration on the
 // candidate's own clock, whatever the wall clocks say.
 func TestCandidateMustWatchTheRecordForMoreThanTheDuration(t *testing.T) {
-	store := NewMemoryStore()
+	store := fake.NewLeaseStore()
 	holder := newSync(t, store, clocktesting.NewFakeClock(t0), "holder#1", lease, renew)
 	holder.round(ctx)
 
@@ -152,7 +154,7 @@ func TestCandidateMustWatchTheRecordForMoreThanTheDuration(t *testing.T) {
 }
 
 func TestEpochs(t *testing.T) {
-	inner := NewMemoryStore()
+	inner := fake.NewLeaseStore()
 	clk := clocktesting.NewFakeClock(t0)
 	store := &hookStore{inner: inner, clk: clk}
 	a := newSync(t, store, clk, "a#1", lease, renew)
@@ -242,7 +244,7 @@ func TestEpochs(t *testing.T) {
 // if the body says so; with the uid it is refused.
 func TestAnUpdateNeverRecreatesADeletedLease(t *testing.T) {
 	t.Run("store", func(t *testing.T) {
-		store := NewMemoryStore()
+		store := fake.NewLeaseStore()
 		created, err := store.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: testLease},
 			Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To[int32](5)}})
 		if err != nil {
@@ -270,7 +272,7 @@ func TestAnUpdateNeverRecreatesADeletedLease(t *testing.T) {
 		}
 	})
 	t.Run("driver", func(t *testing.T) {
-		store, clk := NewMemoryStore(), clocktesting.NewFakeClock(t0)
+		store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
 		holder := newSync(t, store, clk, "holder#1", lease, renew)
 		holder.round(ctx)
 		if err := store.Delete(ctx, testLease); err != nil {
@@ -304,7 +306,7 @@ func TestAnUpdateNeverRecreatesADeletedLease(t *testing.T) {
 func TestTokenValidDropsAtExactlyTheLeaseDurationWithoutAStoreCall(t *testing.T) {
 	validFor := time.Duration(float64(lease) * (1 - MaxClockRateDifference)) // 14.85s
 	clk := clocktesting.NewFakeClock(t0)
-	store := &hookStore{inner: NewMemoryStore(), clk: clk, before: 300 * time.Millisecond, after: 200 * time.Millisecond}
+	store := &hookStore{inner: fake.NewLeaseStore(), clk: clk, before: 300 * time.Millisecond, after: 200 * time.Millisecond}
 	e := newSync(t, store, clk, "holder#1", lease, renew)
 	var events []Event
 	e.onEvent = func(ev Event) { events = append(events, ev) }
@@ -335,7 +337,7 @@ func TestTokenValidDropsAtExactlyTheLeaseDurationWithoutAStoreCall(t *testing.T)
 func TestSkewedCandidatesNeverTakeOverALiveLease(t *testing.T) {
 	for _, skew := range []time.Duration{-2 * lease, -lease, -lease / 2, 0, lease / 2, lease, 2 * lease} {
 		t.Run(fmt.Sprintf("skew %v", skew), func(t *testing.T) {
-			store := NewMemoryStore()
+			store := fake.NewLeaseStore()
 			hClk := clocktesting.NewFakeClock(t0)
 			cClk := clocktesting.NewFakeClock(t0.Add(skew))
 			holder := newSync(t, store, hClk, "holder#1", lease, renew)
@@ -377,7 +379,7 @@ func TestSkewedCandidatesNeverTakeOverALiveLease(t *testing.T) {
 // once, with the next epoch, without waiting for the lease to lapse.
 func TestReleaseDropsTheTokenFirstAndHandsOverAtOnce(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	inner := NewMemoryStore()
+	inner := fake.NewLeaseStore()
 	store := &hookStore{inner: inner, clk: clk}
 	holder := newSync(t, store, clk, "holder#1", lease, renew)
 	cand := newSync(t, inner, clk, "candidate#2", lease, renew)
@@ -413,7 +415,7 @@ func TestReleaseDropsTheTokenFirstAndHandsOverAtOnce(t *testing.T) {
 // the round.
 func TestLostRacesAreOutcomesAndNotRetried(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	inner := NewMemoryStore()
+	inner := fake.NewLeaseStore()
 	a := newSync(t, inner, clk, "a#1", lease, renew)
 	bStore := &hookStore{inner: inner, clk: clk}
 	b := newSync(t, bStore, clk, "b#2", lease, renew)
@@ -461,9 +463,9 @@ func TestStartValidatesAndDisabledStartsNothing(t *testing.T) {
 		want  string
 	}{
 		{"no store", nil, testConfig(lease, renew), "no LeaseStore"},
-		{"no shard", NewMemoryStore(), Config{Enabled: true, LeaseDuration: lease, RenewInterval: renew}, "no shard"},
-		{"fractional lease", NewMemoryStore(), testConfig(1500*time.Millisecond, time.Second/2), "whole number"},
-		{"renew not below lease", NewMemoryStore(), testConfig(lease, lease), "below the lease"},
+		{"no shard", fake.NewLeaseStore(), Config{Enabled: true, LeaseDuration: lease, RenewInterval: renew}, "no shard"},
+		{"fractional lease", fake.NewLeaseStore(), testConfig(1500*time.Millisecond, time.Second/2), "whole number"},
+		{"renew not below lease", fake.NewLeaseStore(), testConfig(lease, lease), "below the lease"},
 	} {
 		if _, err := Start(ctx, tc.store, tc.cfg, Options{Registerer: newPlainRegistry()}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Start error %v, want %q", tc.name, err, tc.want)

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 // statusServer answers every request with a metav1.Status of the given code, as the API server does.
@@ -111,7 +113,7 @@ func TestErrorReasonsFromRealClientGoErrors(t *testing.T) {
 // every time; context.Canceled (shutdown) is neither.
 func TestErrorLogsAreThrottled(t *testing.T) {
 	var buf bytes.Buffer
-	e := newElection(NewMemoryStore(), testConfig(lease, renew), Options{Identity: "w#1",
+	e := newElection(fake.NewLeaseStore(), testConfig(lease, renew), Options{Identity: "w#1",
 		Logger: slog.New(slog.NewJSONHandler(&buf, nil)), Clock: clocktesting.NewFakeClock(t0)})
 	forbidden := apierrors.NewForbidden(leaseResource, testLease, errors.New("no RBAC"))
 	for i := 0; i < 121; i++ {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 // A writer's boot path: the election starts from the environment (or declines, logging why), the
@@ -35,7 +36,7 @@ func ExampleStartFromEnvironment() {
 
 // An election over the in-memory store, as tests run it.
 func ExampleStart() {
-	store := election.NewMemoryStore()
+	store := fake.NewLeaseStore()
 	cfg := election.Config{Enabled: true, LeaseDuration: 15 * time.Second, RenewInterval: 5 * time.Second, Shard: 255, HasShard: true}
 	ctx, crash := context.WithCancel(context.Background())
 	defer crash()

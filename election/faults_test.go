@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 // The faults an operator's kubectl edit or delete inflicts on a held Lease (a namespace without the
@@ -29,7 +31,7 @@ func notBothValid(t *testing.T, what string, es ...*Election) {
 }
 
 // edit applies an outsider's change to the stored Lease, as kubectl edit would (a fresh read, a PUT).
-func edit(t *testing.T, store *MemoryStore, change func(*coordinationv1.Lease)) {
+func edit(t *testing.T, store *fake.LeaseStore, change func(*coordinationv1.Lease)) {
 	t.Helper()
 	l := mustLease(t, store)
 	change(l)
@@ -42,7 +44,7 @@ func edit(t *testing.T, store *MemoryStore, change func(*coordinationv1.Lease)) 
 // later renewals: polling, a watch gap, or a round between renewals). Timing the absence from that
 // stale sighting let it create the Lease while the holder's later renewal was still valid.
 func TestADeletedLeaseIsTimedFromTheFirstSightingOfItsAbsence(t *testing.T) {
-	store, clk := NewMemoryStore(), clocktesting.NewFakeClock(t0)
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
 	holder := newSync(t, store, clk, "holder#1", lease, renew)
 	cand := newSync(t, store, clk, "candidate#2", lease, renew)
 	holder.round(ctx)
@@ -82,7 +84,7 @@ func TestARenewalNeverAdoptsAnEditedEpoch(t *testing.T) {
 		{"edited up", 9, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store, clk := NewMemoryStore(), clocktesting.NewFakeClock(t0)
+			store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
 			if _, err := store.Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: testLease},
 				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(""), LeaseTransitions: ptr.To[int32](4)},
@@ -111,7 +113,7 @@ func TestARenewalNeverAdoptsAnEditedEpoch(t *testing.T) {
 // Fault 3: an outsider shortens the held record's leaseDurationSeconds. The holder's token is valid
 // for its own duration; a candidate must wait out the longest duration it has reason to believe in.
 func TestACandidateNeverTrustsAShortenedDuration(t *testing.T) {
-	store, clk := NewMemoryStore(), clocktesting.NewFakeClock(t0)
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
 	holder := newSync(t, store, clk, "holder#1", lease, renew)
 	cand := newSync(t, store, clk, "candidate#2", lease, renew)
 	holder.round(ctx)
@@ -139,7 +141,7 @@ func TestClockRatesWithinTheMarginNeverOverlap(t *testing.T) {
 		return &simClock{Clock: truth, true: truth, origin: truth.Now(), rate: rate}
 	}
 	slow, fast := clockAt(1-MaxClockRateDifference/2), clockAt(1+MaxClockRateDifference/2)
-	store := NewMemoryStore()
+	store := fake.NewLeaseStore()
 	mk := func(id string, c *simClock) *Election {
 		e := newElection(store, testConfig(lease, renew), Options{Identity: id, Clock: c, Logger: discard})
 		e.boot = c.bootTime

@@ -12,9 +12,19 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 const testShard = 7
+
+// leaseResource names Leases in the API errors the tests inject.
+var leaseResource = coordinationv1.Resource("leases")
+
+var (
+	_ LeaseStore   = (*fake.LeaseStore)(nil)
+	_ LeaseWatcher = (*fake.LeaseStore)(nil)
+)
 
 var (
 	t0        = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)

@@ -14,6 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 // The smaller defects of the driver's life cycle, each reproduced on an earlier version.
@@ -34,7 +36,7 @@ func lostAnswer(op string) func(string) error {
 // finds our record, continues it, and counts "acquired", never "renewed".
 func TestAnAcquisitionWhoseAnswerWasLostIsCountedAsAcquired(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	store := &hookStore{inner: NewMemoryStore(), clk: clk, loseAnswer: lostAnswer("create")}
+	store := &hookStore{inner: fake.NewLeaseStore(), clk: clk, loseAnswer: lostAnswer("create")}
 	e := newSync(t, store, clk, "w#1", lease, renew)
 	e.round(ctx)
 	wantToken(t, "after the lost answer", e, 0, false)
@@ -50,7 +52,7 @@ func TestAnAcquisitionWhoseAnswerWasLostIsCountedAsAcquired(t *testing.T) {
 // whether the record is ours.
 func TestReleaseFreesALeaseWhoseAcquisitionAnswerWasLost(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	mem := NewMemoryStore()
+	mem := fake.NewLeaseStore()
 	store := &hookStore{inner: mem, clk: clk, loseAnswer: lostAnswer("create")}
 	e := newSync(t, store, clk, "w#1", lease, renew)
 	e.round(ctx)
@@ -70,7 +72,7 @@ func TestReleaseFreesALeaseWhoseAcquisitionAnswerWasLost(t *testing.T) {
 func TestALostRaceLogsTheWinner(t *testing.T) {
 	var logs bytes.Buffer
 	clk := clocktesting.NewFakeClock(t0)
-	mem := NewMemoryStore()
+	mem := fake.NewLeaseStore()
 	a := newSync(t, mem, clk, "a#1", lease, renew)
 	a.round(ctx)
 	if err := a.Release(ctx); err != nil {
@@ -100,14 +102,14 @@ func TestALostRaceLogsTheWinner(t *testing.T) {
 // Options.Identity must have the per-process shape NewIdentity gives.
 func TestStartRefusesAnIdentityWithoutAPerProcessSuffix(t *testing.T) {
 	for _, id := range []string{"noetl-cmdbus-writer-0", "#x", "pod#", "a#b#c", "pod #x"} {
-		_, err := Start(ctx, NewMemoryStore(), testConfig(lease, renew), Options{Identity: id, Registerer: newPlainRegistry()})
+		_, err := Start(ctx, fake.NewLeaseStore(), testConfig(lease, renew), Options{Identity: id, Registerer: newPlainRegistry()})
 		if err == nil || !strings.Contains(err.Error(), "NewIdentity") {
 			t.Errorf("identity %q: %v, want a refusal naming NewIdentity", id, err)
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if _, err := Start(ctx, NewMemoryStore(), testConfig(lease, renew), Options{Identity: NewIdentity("pod-0"), Registerer: newPlainRegistry(), Logger: discard}); err != nil {
+	if _, err := Start(ctx, fake.NewLeaseStore(), testConfig(lease, renew), Options{Identity: NewIdentity("pod-0"), Registerer: newPlainRegistry(), Logger: discard}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -136,7 +138,7 @@ func TestABrokenWatchIsSurvivedAndJoinedOnRelease(t *testing.T) {
 	for _, nilStream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("nil stream %v", nilStream), func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(t0)
-			store := &panicWatcher{LeaseStore: NewMemoryStore(), nilStream: nilStream, calls: make(chan struct{}, 1)}
+			store := &panicWatcher{LeaseStore: fake.NewLeaseStore(), nilStream: nilStream, calls: make(chan struct{}, 1)}
 			e, _ := start(t, store, clk, "w#1", lease, renew)
 			waitFor(t, "acquisition by polling", func() bool { return e.Token().Valid })
 			<-store.calls
@@ -162,7 +164,7 @@ func TestABrokenWatchIsSurvivedAndJoinedOnRelease(t *testing.T) {
 // OnEvent may call Release: it must neither deadlock nor skip the hand-over.
 func TestReleaseFromOnEventHandsOverWithoutDeadlock(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	mem := NewMemoryStore()
+	mem := fake.NewLeaseStore()
 	var e *Election
 	released := make(chan error, 1)
 	ready := make(chan struct{})
@@ -205,7 +207,7 @@ func TestReleaseFromOnEventHandsOverWithoutDeadlock(t *testing.T) {
 // not) does not report a valid token on resume, with no store call.
 func TestAResumedProcessDoesNotReportAValidToken(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	e := newSync(t, NewMemoryStore(), clk, "w#1", lease, renew)
+	e := newSync(t, fake.NewLeaseStore(), clk, "w#1", lease, renew)
 	var suspended time.Duration
 	origin := clk.Now()
 	e.boot = func() time.Duration { return clk.Since(origin) + suspended }

@@ -13,22 +13,16 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 // These tests run the real driver goroutine on a fake clock. The clock moves only when a test
 // steps it, so "acquired without a step" means "acted on a watch event, not on a timer".
 
-func watchers(m *MemoryStore) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.watchers)
-}
+func watchers(m *fake.LeaseStore) int { return m.Watchers() }
 
-func storeRV(m *MemoryStore) uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.rv
-}
+func storeRV(m *fake.LeaseStore) uint64 { return m.ResourceVersion() }
 
 func start(t *testing.T, store LeaseStore, clk *clocktesting.FakeClock, id string, lease, renew time.Duration) (*Election, context.CancelFunc) {
 	t.Helper()
@@ -42,7 +36,7 @@ func start(t *testing.T, store LeaseStore, clk *clocktesting.FakeClock, id strin
 }
 
 func TestAReleaseIsTakenOverAtOnceThroughTheWatch(t *testing.T) {
-	store, clk := NewMemoryStore(), clocktesting.NewFakeClock(t0)
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
 	holder, _ := start(t, store, clk, "holder#1", lease, renew)
 	waitFor(t, "holder acquires", func() bool { return holder.Token().Valid })
 	standby, _ := start(t, store, clk, "standby#2", lease, renew)
@@ -63,7 +57,7 @@ func TestAReleaseIsTakenOverAtOnceThroughTheWatch(t *testing.T) {
 // seen on the standby's clock, plus the duration, plus 1µs — not at the standby's next poll.
 func TestACrashedHolderIsTakenOverAtTheFirstAllowedInstant(t *testing.T) {
 	const lease, renew = 10 * time.Second, 3 * time.Second
-	store, clk := NewMemoryStore(), clocktesting.NewFakeClock(t0)
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
 	holder, crash := start(t, store, clk, "holder#1", lease, renew)
 	waitFor(t, "holder acquires", func() bool { return holder.Token().Valid })
 	standby, _ := start(t, store, clk, "standby#2", lease, renew)
@@ -94,7 +88,7 @@ func TestACrashedHolderIsTakenOverAtTheFirstAllowedInstant(t *testing.T) {
 // Without a watch (here: watch forbidden) the standby still takes over, at its polls.
 func TestPollingIsTheFallbackWhenTheWatchFails(t *testing.T) {
 	const lease, renew = 10 * time.Second, 3 * time.Second
-	inner, clk := NewMemoryStore(), clocktesting.NewFakeClock(t0)
+	inner, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
 	noWatch := &hookStore{inner: inner, clk: clk, watchErr: apierrors.NewForbidden(leaseResource, "", errors.New("no watch verb"))}
 	holder, _ := start(t, inner, clk, "holder#1", lease, renew)
 	waitFor(t, "holder acquires", func() bool { return holder.Token().Valid })
@@ -119,7 +113,7 @@ func TestPollingIsTheFallbackWhenTheWatchFails(t *testing.T) {
 // A holder learns from the watch that its Lease was deleted: it reports the loss at once, and the
 // Lease it then creates carries the next epoch.
 func TestAHolderLearnsOfADeletedLeaseFromTheWatch(t *testing.T) {
-	store, clk := NewMemoryStore(), clocktesting.NewFakeClock(t0)
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
 	holder, _ := start(t, store, clk, "holder#1", lease, renew)
 	waitFor(t, "holder watching", func() bool { return holder.Token().Valid && watchers(store) == 1 })
 	clk.Step(time.Second)
@@ -150,7 +144,7 @@ func TestTheLoopSurvivesTenThousandConsecutiveErrors(t *testing.T) {
 		apierrors.NewInternalError(errors.New("etcd")),
 		errors.New("garbled"),
 	}
-	store := &hookStore{inner: NewMemoryStore(), clk: clk, watchErr: refused}
+	store := &hookStore{inner: fake.NewLeaseStore(), clk: clk, watchErr: refused}
 	store.panicEveryN.Store(997)
 	var i int
 	store.setFail(func(string) error { i++; return failures[i%len(failures)] })

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 func newPlainRegistry() *prometheus.Registry { return prometheus.NewPedanticRegistry() }
@@ -113,7 +115,7 @@ func TestMetricsRenderWhenTheElectionIsOff(t *testing.T) {
 func TestMetricsRenderWhileTheElectionRuns(t *testing.T) {
 	reg := newPlainRegistry()
 	clk := clocktesting.NewFakeClock(t0)
-	store := NewMemoryStore()
+	store := fake.NewLeaseStore()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := testConfig(lease, renew)

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 // The randomized simulation. N election processes share one in-memory store and one simulated
@@ -113,7 +115,7 @@ type sim struct {
 	seed     int64
 	rng      *rand.Rand
 	clk      *clocktesting.FakeClock
-	mem      *MemoryStore
+	mem      *fake.LeaseStore
 	procs    []*simProc
 	ops      chan *simOp
 	orphans  []*simOp // timed out, still in flight: may reach the store later
@@ -786,7 +788,7 @@ func (s *sim) settle() {
 
 func simulate(t *testing.T, seed int64, steps int) *sim {
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), clk: clocktesting.NewFakeClock(t0),
-		mem: NewMemoryStore(), ops: make(chan *simOp), owner: map[uint64]*simProc{}, before: map[uint64]*simProc{}, faults: map[string]int{}}
+		mem: fake.NewLeaseStore(), ops: make(chan *simOp), owner: map[uint64]*simProc{}, before: map[uint64]*simProc{}, faults: map[string]int{}}
 	s.drift = s.rng.Intn(2) == 0
 	// Coarse steps reach far into a run; fine ones (a watch event handled within milliseconds
 	// of the write) reach the margins of the clock-rate rule, which are 1% of a lease.

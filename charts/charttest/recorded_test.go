@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 // TestAlertsOnRecordedSeries records the series of real elections (the election package over its
@@ -35,7 +36,7 @@ func TestAlertsOnRecordedSeries(t *testing.T) {
 	forDur := 2 * lease
 	rec := newScrapeRecorder(scrape)
 	ctx := context.Background()
-	store := election.NewMemoryStore()
+	store := fake.NewLeaseStore()
 	cfg := election.Config{Enabled: true, LeaseDuration: lease, RenewInterval: lease / 4, Shard: shardN, HasShard: true, Namespace: "noetl"}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/election/fake"
 )
 
 func TestParseExposition(t *testing.T) {
@@ -184,7 +185,7 @@ func writerMetrics(t *testing.T) http.Handler {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	reg := prometheus.NewRegistry()
-	e, err := election.Start(ctx, election.NewMemoryStore(), election.Config{
+	e, err := election.Start(ctx, fake.NewLeaseStore(), election.Config{
 		Enabled: true, LeaseDuration: 15 * time.Second, RenewInterval: 5 * time.Second,
 		Shard: 0, HasShard: true, Namespace: "noetl",
 	}, election.Options{Identity: "writer-0#test", Registerer: reg, Logger: slog.New(slog.DiscardHandler)})

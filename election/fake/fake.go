@@ -1,4 +1,9 @@
-package election
+// Package fake holds an in-memory LeaseStore for tests of code that runs an election: it answers
+// like the API server (resourceVersions, uids, 409s, the PUT-on-absent recreate) and streams
+// changes like a watch, so tests need no cluster. It is kept out of package election's API
+// (client-go's convention for fakes); a conformance suite in package election runs the same
+// checks against it and against a real API server.
+package fake
 
 import (
 	"context"
@@ -16,29 +21,24 @@ import (
 
 var leaseResource = coordinationv1.Resource("leases")
 
-// MemoryStore is an in-memory LeaseStore that answers like the API server: every write bumps a
+// LeaseStore is an in-memory election.LeaseStore (and LeaseWatcher) that answers like the API server: every write bumps a
 // store-wide resourceVersion, a create assigns a uid, stale preconditions are 409s, and an Update of
 // an absent Lease without a uid recreates it (201 on the real server) while one with a uid is a
 // 409. It exists for tests, including those showing why the uid precondition matters.
-type MemoryStore struct {
+type LeaseStore struct {
 	mu       sync.Mutex
 	rv       uint64
 	leases   map[string]*coordinationv1.Lease
 	watchers map[*memWatch]struct{}
 }
 
-var (
-	_ LeaseStore   = (*MemoryStore)(nil)
-	_ LeaseWatcher = (*MemoryStore)(nil)
-)
-
-// NewMemoryStore returns an empty store.
-func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{leases: map[string]*coordinationv1.Lease{}, watchers: map[*memWatch]struct{}{}}
+// NewLeaseStore returns an empty store.
+func NewLeaseStore() *LeaseStore {
+	return &LeaseStore{leases: map[string]*coordinationv1.Lease{}, watchers: map[*memWatch]struct{}{}}
 }
 
 // Get returns a copy of the named Lease, or NotFound.
-func (m *MemoryStore) Get(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+func (m *LeaseStore) Get(ctx context.Context, name string) (*coordinationv1.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func (m *MemoryStore) Get(ctx context.Context, name string) (*coordinationv1.Lea
 }
 
 // Create stores a new Lease, or fails with AlreadyExists.
-func (m *MemoryStore) Create(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+func (m *LeaseStore) Create(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -69,7 +69,7 @@ func (m *MemoryStore) Create(ctx context.Context, lease *coordinationv1.Lease) (
 
 // Update is a PUT with the API server's preconditions: a set uid or resourceVersion that does not
 // match is a Conflict; on an absent Lease a set uid is a Conflict and no uid recreates the Lease.
-func (m *MemoryStore) Update(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+func (m *LeaseStore) Update(ctx context.Context, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (m *MemoryStore) Update(ctx context.Context, lease *coordinationv1.Lease) (
 }
 
 // Delete removes the named Lease (what an operator's kubectl delete would do).
-func (m *MemoryStore) Delete(ctx context.Context, name string) error {
+func (m *LeaseStore) Delete(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func (m *MemoryStore) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
-func (m *MemoryStore) createLocked(lease *coordinationv1.Lease) *coordinationv1.Lease {
+func (m *LeaseStore) createLocked(lease *coordinationv1.Lease) *coordinationv1.Lease {
 	next := lease.DeepCopy()
 	next.UID = types.UID(uuid.NewString())
 	next.CreationTimestamp = metav1.Now()
@@ -136,7 +136,7 @@ func (m *MemoryStore) createLocked(lease *coordinationv1.Lease) *coordinationv1.
 const memWatchBuffer = 64
 
 // Watch streams the named Lease's changes, starting with its current state.
-func (m *MemoryStore) Watch(ctx context.Context, name string) (watch.Interface, error) {
+func (m *LeaseStore) Watch(ctx context.Context, name string) (watch.Interface, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (m *MemoryStore) Watch(ctx context.Context, name string) (watch.Interface, 
 	return w, nil
 }
 
-func (m *MemoryStore) notifyLocked(t watch.EventType, l *coordinationv1.Lease) {
+func (m *LeaseStore) notifyLocked(t watch.EventType, l *coordinationv1.Lease) {
 	for w := range m.watchers {
 		if w.name != l.Name {
 			continue
@@ -165,7 +165,7 @@ func (m *MemoryStore) notifyLocked(t watch.EventType, l *coordinationv1.Lease) {
 }
 
 type memWatch struct {
-	store *MemoryStore
+	store *LeaseStore
 	name  string
 	ch    chan watch.Event
 }
@@ -176,6 +176,20 @@ func (w *memWatch) Stop() {
 	w.store.mu.Lock()
 	defer w.store.mu.Unlock()
 	w.closeLocked()
+}
+
+// Watchers is how many watches are open (tests wait on it).
+func (m *LeaseStore) Watchers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.watchers)
+}
+
+// ResourceVersion is the store-wide resourceVersion of the last change.
+func (m *LeaseStore) ResourceVersion() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rv
 }
 
 func (w *memWatch) closeLocked() {

@@ -170,6 +170,15 @@ func TestChartNeverDisarmsAnArmedWriter(t *testing.T) {
 		{"writer.serviceAccount.create=false", wr(map[string]any{"serviceAccount": map[string]any{"create": false}})},
 	}
 	for _, keep := range []bool{true, false} {
+		start := r.values(base)
+		if !keep {
+			// Helm decides on the live object's annotation: first an upgrade that only drops the keep
+			// policy (nothing is lost by it, so it is allowed), then the removals.
+			mergeValues(start, wr(map[string]any{"keepOnUninstall": false}))
+			if _, err := r.helm.Upgrade(ctx, r.name, start); err != nil {
+				t.Fatalf("keepOnUninstall=false alone: %v", err)
+			}
+		}
 		for _, c := range changes {
 			step := c.name
 			values := r.values(base, c.values)
@@ -182,6 +191,7 @@ func TestChartNeverDisarmsAnArmedWriter(t *testing.T) {
 			case err != nil && !strings.Contains(err.Error(), "refusing to disarm"):
 				t.Errorf("%s: upgrade failed, but not with the refusal: %v", step, err)
 			case err != nil:
+				t.Logf("%s: refused: %v", step, err)
 				for _, want := range []string{"StatefulSet/noetl-cmdbus-writer", "ServiceAccount " + sa, "NOETL_EHDB_FENCING=shadow", "wait for the rollout"} {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("%s: the refusal does not say %q: %v", step, want, err)
@@ -192,7 +202,7 @@ func TestChartNeverDisarmsAnArmedWriter(t *testing.T) {
 			}
 			check(step)
 			// Back to the starting point (this also re-adopts anything a kept upgrade left behind).
-			if _, err := r.helm.Upgrade(ctx, r.name, r.values(base)); err != nil {
+			if _, err := r.helm.Upgrade(ctx, r.name, start); err != nil {
 				t.Fatalf("%s: upgrading back: %v", step, err)
 			}
 			check(step + ", then back")

@@ -60,8 +60,8 @@ func TestObjectSelectorIsGone(t *testing.T) {
 	sel := map[string]any{"webhook": map[string]any{"objectSelector": map[string]any{"matchExpressions": []any{
 		map[string]any{"key": "ehdb.noetl.io/unguarded", "operator": "DoesNotExist"}}}}}
 	_, err := Render(Name, testNS, sel)
-	if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), "/webhook/objectSelector") {
-		t.Errorf("schema: err = %v, want a refusal of /webhook/objectSelector", err)
+	if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), "'objectSelector' not allowed") {
+		t.Errorf("schema: err = %v, want a refusal of webhook.objectSelector", err)
 	}
 	ch, err := Load()
 	if err != nil {

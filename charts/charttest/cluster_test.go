@@ -252,9 +252,16 @@ func TestInstallEveryScenario(t *testing.T) {
 			if err := r.helm.Uninstall(r.name, false); err != nil {
 				t.Fatal(err)
 			}
-			left := leftovers(ctx, t, objs, append(r.rendered.Objects, r.rendered.Hooks...))
+			gone, kept := splitKept(append(r.rendered.Objects, r.rendered.Hooks...))
+			left := leftovers(ctx, t, objs, gone)
 			if len(left) > 0 {
 				t.Errorf("helm uninstall left: %v", left)
+			}
+			// The writer's account, Role and RoleBinding stay (helm.sh/resource-policy: keep).
+			for _, o := range kept {
+				if _, err := objs.get(ctx, o); err != nil {
+					t.Errorf("helm uninstall removed the kept %s/%s: %v", o.GetKind(), o.GetName(), err)
+				}
 			}
 			secrets, err := r.cs.CoreV1().Secrets(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + r.name})
 			if err != nil {

@@ -33,26 +33,30 @@ func installLeaseGuard(t *testing.T) (*testRelease, *coordinationv1.Lease) {
 	r := newRelease(t, nil)
 	r.install(t, r.values(mustValuesFile(t, "ci/writer-rbac-only-values.yaml")))
 	ctx := context.Background()
-	lease, err := r.cs.CoordinationV1().Leases(r.ns).Create(ctx, newLease("ehdb-shard-00000000", "writer-0#1", 1), metav1.CreateOptions{})
+	// Only the writer's account writes shard Leases (see leaseguard_test.go).
+	writer := saClient(t, r, r.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(r.ns)
+	lease, err := writer.Create(ctx, newLease("ehdb-shard-00000000", "writer-0#1", 1), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "the lease guard to take effect", func(ctx context.Context) (bool, error) {
 		probe := lease.DeepCopy()
 		probe.Spec.LeaseTransitions = ptr.To[int32](0)
-		_, err := r.cs.CoordinationV1().Leases(r.ns).Update(ctx, probe, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := writer.Update(ctx, probe, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), nil
 	})
 	return r, lease
 }
 
-// TestLeaseGuard drives one shard Lease through an election's life against the real API server:
-// what a correct writer does is allowed, what would break the epoch's monotonicity is refused.
+// TestLeaseGuard drives one shard Lease through an election's life against the real API server, as
+// the writer's own account: what a correct writer does is allowed, what would break the epoch's
+// monotonicity is refused.
 func TestLeaseGuard(t *testing.T) {
 	t.Parallel()
 	r, lease := installLeaseGuard(t)
 	ctx := context.Background()
-	leases := r.cs.CoordinationV1().Leases(r.ns)
+	leases := saClient(t, r, r.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(r.ns)
+	admin := r.cs.CoordinationV1().Leases(r.ns)
 
 	// The API server type-checks the policy's CEL against the Lease schema; a warning there is a typo.
 	waitFor(t, 30*time.Second, "the policy's type check", func(ctx context.Context) (bool, error) {
@@ -107,8 +111,9 @@ func TestLeaseGuard(t *testing.T) {
 		checkGuard(t, s.name, err, s.denied)
 	}
 
-	checkGuard(t, "delete", leases.Delete(ctx, lease.Name, metav1.DeleteOptions{}), "never deleted")
-	checkGuard(t, "delete collection", leases.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}), "never deleted")
+	// The writer has no delete verb; an admin (who has) is refused by the guard.
+	checkGuard(t, "delete", admin.Delete(ctx, lease.Name, metav1.DeleteOptions{}), "never deleted")
+	checkGuard(t, "delete collection", admin.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}), "never deleted")
 
 	t.Run("absent fields", func(t *testing.T) {
 		// A Lease created with an empty spec, as `kubectl create` would: no holder, no transitions.

@@ -88,6 +88,26 @@ its RBAC names the Secret and the configuration with resourceNames, so all three
 {{- include "ehdb-election.webhook.fullname" . }}
 {{- end }}
 
+{{/*
+cert-manager mode with the chart's own CA: the CA's Certificate, Secret and CA Issuer share this name.
+*/}}
+{{- define "ehdb-election.webhook.caName" -}}
+{{- printf "%s-ca" (include "ehdb-election.webhook.fullname" .) }}
+{{- end }}
+
+{{/*
+The Certificate cainjector takes the caBundle from: the chart's CA when the chart issues (so a renewal
+of the serving certificate leaves the caBundle alone), else the serving certificate, whose Secret's
+ca.crt is the external issuer's CA.
+*/}}
+{{- define "ehdb-election.webhook.caInjectFrom" -}}
+{{- if .Values.certManager.issuerRef }}
+{{- printf "%s/%s" .Release.Namespace (include "ehdb-election.webhook.certificateName" .) }}
+{{- else }}
+{{- printf "%s/%s" .Release.Namespace (include "ehdb-election.webhook.caName" .) }}
+{{- end }}
+{{- end }}
+
 {{- define "ehdb-election.webhook.serviceAccountName" -}}
 {{- $name := .Values.webhook.serviceAccount.name | default "" }}
 {{- if eq $name "default" }}
@@ -141,9 +161,15 @@ guarded by has(): a missing field is an evaluation error, and an error means fai
 {{- end }}
 
 {{/*
-The namespaceSelector and objectSelector shared by both webhook entries.
+The namespaceSelector and objectSelector shared by both webhook entries. The objectSelector is always
+empty: one that matched on labels would let any object opt out of the guard by carrying (or not
+carrying) a label, a per-object bypass. The schema refuses webhook.objectSelector; this check stays for
+installs that skip schema validation.
 */}}
 {{- define "ehdb-election.webhook.selectors" -}}
+{{- if hasKey .Values.webhook "objectSelector" }}
+{{- fail "webhook.objectSelector was removed: an object selector lets an object opt out of the guard by its own labels (a per-object bypass). Scope the guard by namespace (webhook.guardedNamespaces, webhook.excludeNamespaces, webhook.namespaceSelector) instead" }}
+{{- end }}
 {{- $exprs := list }}
 {{- if not (has "*" .Values.webhook.guardedNamespaces) }}
 {{- $guarded := prepend .Values.webhook.guardedNamespaces .Release.Namespace | uniq }}
@@ -161,7 +187,7 @@ The namespaceSelector and objectSelector shared by both webhook entries.
 {{- $_ := set $sel "matchExpressions" $exprs }}
 {{- end }}
 namespaceSelector: {{- if $sel }}{{ toYaml $sel | nindent 2 }}{{ else }} {}{{ end }}
-objectSelector: {{- with .Values.webhook.objectSelector }}{{ toYaml . | nindent 2 }}{{ else }} {}{{ end }}
+objectSelector: {}
 {{- end }}
 
 {{/*
@@ -188,7 +214,7 @@ metadata:
   {{- $_ := set $annotations "helm.sh/hook-delete-policy" "before-hook-creation,hook-succeeded" }}
   {{- end }}
   {{- if .Values.certManager.enabled }}
-  {{- $_ := set $annotations "cert-manager.io/inject-ca-from" (printf "%s/%s" .Release.Namespace (include "ehdb-election.webhook.certificateName" .)) }}
+  {{- $_ := set $annotations "cert-manager.io/inject-ca-from" (include "ehdb-election.webhook.caInjectFrom" .) }}
   {{- end }}
   {{- $annotations = merge $annotations (.Values.webhook.annotations | default dict) }}
   {{- with $annotations }}
@@ -255,5 +281,118 @@ webhooks:
       - name: pod-may-arm-fencing
         expression: >-
           has(object.spec) && {{ include "ehdb-election.cel.podSpecMayArm" "object.spec" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Annotations of the writer's ServiceAccount, Role and RoleBinding: kept on `helm uninstall` (and when an
+upgrade stops rendering them) unless writer.keepOnUninstall=false. Removing them under an armed writer
+drops every token within a lease and the fence then refuses every write.
+*/}}
+{{- define "ehdb-election.writer.keepAnnotation" -}}
+{{- if .Values.writer.keepOnUninstall }}
+helm.sh/resource-policy: keep
+{{- end }}
+{{- end }}
+
+{{/*
+ehdb-election.writer.owned: "true" when the live object (a lookup result) belongs to this release, by
+the ownership annotations Helm writes. Argument: (list $root $obj).
+*/}}
+{{- define "ehdb-election.writer.owned" -}}
+{{- $root := index . 0 }}
+{{- $ann := (index . 1).metadata.annotations | default dict }}
+{{- if and (eq (index $ann "meta.helm.sh/release-name" | default "") $root.Release.Name) (eq (index $ann "meta.helm.sh/release-namespace" | default "") $root.Release.Namespace) }}true{{ end }}
+{{- end }}
+
+{{/*
+ehdb-election.writer.kept: "true" when the live object carries helm.sh/resource-policy: keep (Helm
+reads the live object's annotation, not the chart's, when it decides whether to delete it).
+*/}}
+{{- define "ehdb-election.writer.kept" -}}
+{{- $ann := .metadata.annotations | default dict }}
+{{- if eq (index $ann "helm.sh/resource-policy" | default "") "keep" }}true{{ end }}
+{{- end }}
+
+{{/*
+The refusal to disarm. Before Helm applies an install or upgrade, compare what the cluster has (Helm's
+lookup of the live objects this release owns) with what this rendering keeps:
+  - a writer ServiceAccount the release owns is deleted when it is no longer rendered (create=false,
+    or renamed) and is not marked keep;
+  - a ServiceAccount the release's RoleBinding binds is unbound when the RoleBinding now names another
+    account, or when the RoleBinding or Role go (rbac.create=false) without keep.
+If an account would be lost, and a workload or Pod of the namespace runs as it with a container that
+sets NOETL_EHDB_FENCING=enforce literally, rendering fails and says what to do first. Lookups answer
+nothing offline (`helm template`, client-side dry runs), so those render unchanged; the workloads are
+only listed when an account would actually be lost.
+*/}}
+{{- define "ehdb-election.writer.refuseDisarm" -}}
+{{- $root := . }}
+{{- $ns := .Release.Namespace }}
+{{- $newSA := include "ehdb-election.writer.serviceAccountName" . }}
+{{- $lost := dict }}
+{{- /* Accounts the release's RoleBinding binds today. */}}
+{{- $rb := lookup "rbac.authorization.k8s.io/v1" "RoleBinding" $ns "ehdb-shard-election" }}
+{{- if and $rb (include "ehdb-election.writer.owned" (list $root $rb)) }}
+{{- $role := lookup "rbac.authorization.k8s.io/v1" "Role" $ns "ehdb-shard-election" }}
+{{- $roleGoes := and (not .Values.writer.rbac.create) $role (include "ehdb-election.writer.owned" (list $root $role)) (not (include "ehdb-election.writer.kept" $role)) }}
+{{- $rbGoes := and (not .Values.writer.rbac.create) (not (include "ehdb-election.writer.kept" $rb)) }}
+{{- range $rb.subjects | default list }}
+{{- if and (eq .kind "ServiceAccount") (eq (.namespace | default $ns) $ns) }}
+{{- if or $rbGoes $roleGoes }}
+{{- $_ := set $lost .name "writer.rbac.create=false deletes the Role and RoleBinding ehdb-shard-election" }}
+{{- else if and $root.Values.writer.rbac.create (ne .name $newSA) }}
+{{- $_ := set $lost .name (printf "the RoleBinding ehdb-shard-election would bind %s instead" $newSA) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* Writer accounts the release created. */}}
+{{- $sas := lookup "v1" "ServiceAccount" $ns "" }}
+{{- range ($sas.items | default list) }}
+{{- if and (include "ehdb-election.writer.owned" (list $root .)) (eq (index (.metadata.labels | default dict) "app.kubernetes.io/component" | default "") "writer-election") (not (include "ehdb-election.writer.kept" .)) }}
+{{- if not (and $root.Values.writer.serviceAccount.create (eq .metadata.name $newSA)) }}
+{{- $_ := set $lost .metadata.name (printf "the ServiceAccount %s would be deleted (writer.serviceAccount: create=%v, name=%s)" .metadata.name $root.Values.writer.serviceAccount.create $newSA) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $lost }}
+{{- $armed := list }}
+{{- range $kind := list "StatefulSet" "Deployment" "DaemonSet" "ReplicaSet" "Job" "CronJob" "Pod" }}
+{{- $api := "apps/v1" }}
+{{- if has $kind (list "Job" "CronJob") }}{{ $api = "batch/v1" }}{{ end }}
+{{- if eq $kind "Pod" }}{{ $api = "v1" }}{{ end }}
+{{- range ((lookup $api $kind $ns "").items | default list) }}
+{{- $spec := dict }}
+{{- if eq $kind "Pod" }}
+{{- $spec = .spec | default dict }}
+{{- else if eq $kind "CronJob" }}
+{{- $spec = dig "spec" "jobTemplate" "spec" "template" "spec" dict . }}
+{{- else }}
+{{- $spec = dig "spec" "template" "spec" dict . }}
+{{- end }}
+{{- $sa := $spec.serviceAccountName | default $spec.serviceAccount | default "default" }}
+{{- if hasKey $lost $sa }}
+{{- $isArmed := false }}
+{{- range (concat ($spec.containers | default list) ($spec.initContainers | default list)) }}
+{{- range (.env | default list) }}
+{{- if and (eq .name "NOETL_EHDB_FENCING") (eq (.value | default "" | toString | trim | lower) "enforce") }}
+{{- $isArmed = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $isArmed }}
+{{- $armed = append $armed (printf "%s/%s (ServiceAccount %s: %s)" $kind .metadata.name $sa (index $lost $sa)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $armed }}
+{{- $shown := $armed }}
+{{- if gt (len $armed) 5 }}
+{{- $shown = append (slice $armed 0 5) (printf "and %d more" (sub (len $armed) 5)) }}
+{{- end }}
+{{- fail (printf "refusing to disarm armed writers in namespace %s: %s. These run with NOETL_EHDB_FENCING=enforce; without their ServiceAccount's lease RBAC every token drops within a lease and the fence refuses every write. Remove in the reverse order of arming: set NOETL_EHDB_FENCING=shadow (or off) on these writers, wait for the rollout to finish, then apply this change" $ns (join "; " $shown)) }}
+{{- end }}
 {{- end }}
 {{- end }}

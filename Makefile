@@ -32,9 +32,12 @@ lint: ## gofmt and go vet
 # Tests run in a network namespace with only loopback (hack/offline.sh): nothing they start can
 # reach an address off this machine. `go vet` first fetches every module they need.
 OFFLINE := hack/offline.sh
+# The race detector runs where it is cheap: the election and the webhook, short mode.
+RACE_PKGS := ./election/... ./webhook/... ./cmd/webhook/...
 
 .PHONY: test
 test: controlplane lint ## Everything: unit, chart and end-to-end tests on the local control plane, then e2e-node (as root)
+	$(OFFLINE) $(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 	EHDB_REQUIRE_CLUSTER=1 $(OFFLINE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@if [ "$$(id -u)" = 0 ] && [ -z "$${EHDB_SKIP_NODE:-}" ]; then $(MAKE) --no-print-directory e2e-node; \
 	else echo "test: e2e-node skipped (it needs root; EHDB_SKIP_NODE=$${EHDB_SKIP_NODE:-}): run sudo make e2e-node"; fi

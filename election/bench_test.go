@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"k8s.io/utils/clock"
-
 	"github.com/noetl/ehdb-election/election/fake"
 )
 
@@ -13,7 +11,8 @@ import (
 func holding(tb testing.TB) *Election {
 	tb.Helper()
 	store := fake.NewLeaseStore()
-	e := newElection(store, testConfig(lease, renew), Options{Identity: "bench#1", Clock: clock.RealClock{}, Logger: discard})
+	// The real clock, as a writer runs it (Options.Clock unset).
+	e := newElection(store, testConfig(lease, renew), Options{Identity: "bench#1", Logger: discard})
 	e.round(context.Background())
 	if !e.Token().Valid {
 		tb.Fatal("not holding")

@@ -317,7 +317,8 @@ func (e *Election) create(ctx context.Context) {
 		return
 	}
 	secs, transitions := int32(e.cfg.LeaseDuration/time.Second), int32(epoch)
-	sent, boot := e.clock.Now(), e.boot()
+	sent := e.clock.Now()
+	boot := e.bootAt(sent)
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: e.name, Namespace: e.cfg.Namespace},
 		Spec: coordinationv1.LeaseSpec{
@@ -350,7 +351,8 @@ func (e *Election) write(ctx context.Context, acquire bool, outcome Outcome) {
 	}
 	d.reclaim = false
 	secs, transitions := int32(e.cfg.LeaseDuration/time.Second), int32(epoch)
-	sent, boot := e.clock.Now(), e.boot()
+	sent := e.clock.Now()
+	boot := e.bootAt(sent)
 	next.Spec.HolderIdentity = &e.identity
 	next.Spec.LeaseDurationSeconds = &secs
 	next.Spec.RenewTime = microTime(sent)

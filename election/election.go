@@ -151,8 +151,9 @@ type Election struct {
 	// validFor is how long after its send a successful write keeps our token valid: the lease
 	// duration less the clock-rate margin (see MaxClockRateDifference).
 	validFor time.Duration
-	// boot reads a clock that keeps counting while the host is suspended (CLOCK_BOOTTIME), or the
-	// injected clock's elapsed time when Options.Clock is set.
+	// boot, when set, is a reading that keeps counting while the host is suspended, for an injected
+	// Options.Clock (whose times carry no separate monotonic reading). Unset, the wall-clock part
+	// of the real clock's own reading serves: free, since Now already read it.
 	boot func() time.Duration
 
 	state    atomic.Pointer[snapshot] // what Token() and the metrics read
@@ -304,7 +305,6 @@ func newElection(store LeaseStore, cfg Config, opts Options) *Election {
 		// write together still fit in one interval.
 		callTimeout: cfg.RenewInterval / 2,
 		validFor:    cfg.LeaseDuration - time.Duration(float64(cfg.LeaseDuration)*MaxClockRateDifference),
-		boot:        bootClock,
 	}
 	if w, ok := store.(LeaseWatcher); ok {
 		e.watcher = w
@@ -342,12 +342,23 @@ func (e *Election) valid(s *snapshot) bool {
 	return s.holds && e.fresh(e.clock.Now(), s.lastSend, s.lastBoot)
 }
 
-// fresh says whether a write sent at (sent, boot) still backs a valid token at now. Both clocks
+// fresh says whether a write sent at (sent, boot) still backs a valid token at now. Both readings
 // must agree: Go's monotonic clock stops while the host is suspended, so a process resumed after
 // more than a lease would otherwise believe its token valid while a successor holds the Lease; the
-// boot clock keeps counting through a suspend.
+// wall clock keeps counting through a suspend. (CLOCK_BOOTTIME would too, but through
+// golang.org/x/sys it is a system call: it tripled the cost of Token.)
 func (e *Election) fresh(now, sent time.Time, boot time.Duration) bool {
-	return now.Sub(sent) < e.validFor && e.boot()-boot < e.validFor
+	return now.Sub(sent) < e.validFor && e.bootAt(now)-boot < e.validFor
+}
+
+// bootAt is the suspend-counting reading at now: the wall clock, unless a clock was injected. The
+// wall clock may be stepped; a step forward only shortens validity, and a step back cannot lengthen
+// it past the monotonic check.
+func (e *Election) bootAt(now time.Time) time.Duration {
+	if e.boot != nil {
+		return e.boot()
+	}
+	return time.Duration(now.UnixNano())
 }
 
 // Release ends the election and hands the Lease over. It first drops the token locally (Token is

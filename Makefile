@@ -46,6 +46,10 @@ test: controlplane lint ## Everything: unit, chart and end-to-end tests on the l
 sim: ## The election's randomized fault simulation at a larger budget: SIM_SEEDS=3000 (make test runs 300)
 	EHDB_SIM_SEEDS=$${SIM_SEEDS:-3000} $(GO) test -count=1 -timeout 0 -v -run 'TestRandomizedSimulation$$' ./election/
 
+.PHONY: mutants
+mutants: ## Revert each of the election's safety rules in turn: the simulation must catch every one
+	$(GO) run ./hack/mutants
+
 .PHONY: unit
 unit: ## Unit tests only (integration tests skip without a control plane)
 	$(GO) test -count=1 ./...

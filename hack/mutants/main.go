@@ -1,0 +1,120 @@
+// Command mutants checks that the election's simulation finds bugs, not only passes: it reverts,
+// one at a time, each rule the package's safety rests on (in a copy of the package), runs the
+// simulation at the budget `make test` gives it, and fails unless every mutant is caught.
+//
+//	go run ./hack/mutants            (make mutants)
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// mutant reverts one rule: old is replaced by new in file (relative to election/).
+type mutant struct {
+	name, file, old, new string
+}
+
+var mutants = []mutant{
+	{"an absent Lease timed from the last sighting of the record, not of the absence", "driver.go",
+		"\tcase first:\n\t\td.absentSince, d.absentWait = now, e.believed(nil)",
+		"\tcase first:\n\t\td.absentSince, d.absentWait = d.obs.since, e.believed(nil)"},
+	{"a renewal adopts whatever epoch the record carries", "driver.go",
+		"if !d.holds || (d.rec != nil && holderOf(d.rec) == e.identity && epochOf(d.rec) == d.epoch) {",
+		"if !d.holds || (d.rec != nil && holderOf(d.rec) == e.identity) {"},
+	{"a candidate trusts the record's (possibly shortened) duration", "driver.go",
+		"\tif rec != nil {\n\t\tdur = max(dur, leaseDuration(rec, dur))\n\t}\n\tif d.longest > dur && e.clock.Since(d.longestAt) <= d.longest {\n\t\tdur = d.longest\n\t}\n\treturn dur",
+		"\tif rec != nil {\n\t\tdur = leaseDuration(rec, dur)\n\t}\n\t_ = d\n\treturn dur"},
+	{"no clock-rate margin on the holder's validity", "election.go",
+		"validFor:    cfg.LeaseDuration - time.Duration(float64(cfg.LeaseDuration)*MaxClockRateDifference),",
+		"validFor:    cfg.LeaseDuration,"},
+	{"a suspended process trusts its monotonic clock alone", "election.go",
+		"return now.Sub(sent) < e.validFor && e.bootAt(now)-boot < e.validFor",
+		"return now.Sub(sent) < e.validFor"},
+}
+
+func main() {
+	root, err := os.Getwd()
+	if err != nil {
+		fail(err)
+	}
+	caught := 0
+	for _, m := range mutants {
+		dir, err := os.MkdirTemp("", "ehdb-mutant-")
+		if err != nil {
+			fail(err)
+		}
+		if err := copyModule(root, dir); err != nil {
+			fail(err)
+		}
+		path := filepath.Join(dir, "election", m.file)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			fail(err)
+		}
+		if bytes.Count(src, []byte(m.old)) != 1 {
+			fail(fmt.Errorf("mutant %q: its code is not in election/%s once; update the mutant with the code", m.name, m.file))
+		}
+		if err := os.WriteFile(path, bytes.Replace(src, []byte(m.old), []byte(m.new), 1), 0o644); err != nil {
+			fail(err)
+		}
+		cmd := exec.Command("go", "test", "-count=1", "-run", "TestRandomizedSimulation$", "./election/")
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		var seeds []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "seed ") && strings.Contains(l, "rerun") {
+				seeds = append(seeds, strings.TrimSpace(l))
+			}
+		}
+		switch {
+		case err == nil:
+			fmt.Printf("NOT CAUGHT %s\n", m.name)
+		case len(seeds) == 0:
+			// A failure that is not a violation (a build error, say) proves nothing.
+			fail(fmt.Errorf("mutant %q failed without a violation:\n%s", m.name, out))
+		default:
+			caught++
+			fmt.Printf("caught     %s\n           %s\n", m.name, strings.Join(seeds, "\n           "))
+		}
+		os.RemoveAll(dir)
+	}
+	fmt.Printf("%d of %d mutants caught\n", caught, len(mutants))
+	if caught != len(mutants) {
+		os.Exit(1)
+	}
+}
+
+// copyModule copies the module's tracked files (as they are in the work tree) to another folder.
+func copyModule(from, to string) error {
+	ls := exec.Command("git", "ls-files", "-z")
+	ls.Dir = from
+	out, err := ls.Output()
+	if err != nil {
+		return fmt.Errorf("git ls-files: %w", err)
+	}
+	for _, rel := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		b, err := os.ReadFile(filepath.Join(from, rel))
+		if os.IsNotExist(err) {
+			continue // deleted in the work tree
+		} else if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(to, filepath.Dir(rel)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(to, rel), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "mutants:", err)
+	os.Exit(2)
+}

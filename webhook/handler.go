@@ -19,9 +19,9 @@ import (
 const Path = "/validate"
 
 // maxRounds bounds the lookup rounds of one admission: ConfigMaps, then the ServiceAccount,
-// access and Leases, plus slack for ConfigMaps discovered late. Anything still missing after it
-// is a failed lookup to Decide.
-const maxRounds = 4
+// namespace-wide access and Leases, then access to single Leases by name, plus slack for
+// ConfigMaps discovered late. Anything still missing after it is a failed lookup to Decide.
+const maxRounds = 5
 
 // Handler is the thin transport around Decide: decode, gather facts, decide, answer, record.
 type Handler struct {
@@ -144,8 +144,11 @@ func (h *Handler) decide(ctx context.Context, in Input) (Decision, int) {
 // decides at now. It returns the decision and the number of lookups made.
 func Evaluate(ctx context.Context, r Resolver, in Input, p Policy, now time.Time) (Decision, int) {
 	facts := NewFacts(now)
+	if in.Budget == nil {
+		in.Budget = NewBudget(0)
+	}
 	lookups := 0
-	for round := 0; round < maxRounds; round++ {
+	for round := 0; round < maxRounds && ctx.Err() == nil; round++ {
 		q := Needs(in, facts, p)
 		if q.Empty() {
 			break

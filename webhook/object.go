@@ -25,10 +25,14 @@ type Workload struct {
 	Replicas     int32
 	OrdinalStart int32
 	ServiceName  string
-	// Controlled is true when the object has a controller owner (a StatefulSet's Pod, a
-	// Deployment's ReplicaSet, a CronJob's Job). Such an object is the consequence of a decision
-	// already taken on its owner, and re-creating it must not depend on its own Lease being live.
-	Controlled bool
+	// Controller is the object's controller owner ("apps/v1 Deployment name"), "" when none.
+	Controller string
+	// Exempt is true when the controller is a workload whose template the guard has already
+	// judged: a Deployment's ReplicaSet, a CronJob's Job, a Pod of a StatefulSet, ReplicaSet,
+	// DaemonSet or Job. Such an object is the consequence of a decision already taken on its
+	// owner, and re-creating it must not depend on its own Lease being live. Any other controller
+	// (a ConfigMap, an operator's custom resource) exempts nothing: its object is judged itself.
+	Exempt bool
 	// Deleting is true once the object carries a deletionTimestamp.
 	Deleting bool
 }
@@ -150,14 +154,43 @@ func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (
 		w.Name = meta.GenerateName
 	}
 	w.Deleting = meta.DeletionTimestamp != nil
-	w.Controlled = metav1.GetControllerOfNoCopy(meta) != nil
+	if ref := metav1.GetControllerOfNoCopy(meta); ref != nil {
+		w.Controller = ref.APIVersion + " " + ref.Kind + " " + quote(ref.Name)
+		w.Exempt = exemptingOwner(gvk.Kind, ref)
+	}
 	if tmpl != nil {
 		w.Pod = PodContext{Template: true, Spec: &tmpl.Spec, Meta: PodMeta{
 			Labels: tmpl.Labels, Annotations: tmpl.Annotations,
 		}}
+		if gvk == gvkStatefulSet {
+			w.Pod.SetName = meta.Name
+		}
 	}
 	w.Pod.Namespace = w.Namespace
 	return w, nil
+}
+
+// exemptingOwner reports whether a controller reference of an object of the given kind points to a
+// workload whose pod template the guard judged: the only chains along which a template is copied
+// unchanged by a controller.
+func exemptingOwner(kind string, ref *metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return false
+	}
+	owner := gv.WithKind(ref.Kind)
+	switch kind {
+	case gvkReplicaSet.Kind:
+		return owner == gvkDeployment
+	case gvkJob.Kind:
+		return owner == gvkCronJob
+	case gvkPod.Kind:
+		switch owner {
+		case gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob:
+			return true
+		}
+	}
+	return false
 }
 
 // decodeInto decodes as the API server does: case-sensitive field names (sigs.k8s.io/json), so

@@ -135,6 +135,8 @@ const (
 	ReasonCouldNotVerify        Reason = "could_not_verify"
 	ReasonNoToken               Reason = "no_token"
 	ReasonTooComplex            Reason = "too_complex"
+	// ReasonInternalError is a recovered panic (a bug in the guard).
+	ReasonInternalError Reason = "internal_error"
 	// ReasonUnverifiedPod allows a Pod the guard could not verify because its own lookups
 	// failed: Pods fail open (the chart's Ignore policy), so a guard outage never stops a
 	// controller from recreating a crashed writer's Pod.
@@ -148,7 +150,7 @@ var AllowReasons = []Reason{ReasonUnarmed, ReasonRequirementsMet, ReasonNoOpinio
 var DenialReasons = []Reason{
 	ReasonMalformed, ReasonElectionDisabled, ReasonElectionUnknowable, ReasonDefaultServiceAccount,
 	ReasonServiceAccountMissing, ReasonServiceAccountUnbound, ReasonShardUnknown, ReasonLeaseNotLive,
-	ReasonCouldNotVerify, ReasonNoToken, ReasonTooComplex,
+	ReasonCouldNotVerify, ReasonNoToken, ReasonTooComplex, ReasonInternalError,
 }
 
 // Unmet is one requirement the object does not meet, and how to meet it.
@@ -448,20 +450,21 @@ func Needs(in Input, f *Facts, p Policy) Query {
 	if !anyArmed || budget.Exhausted() {
 		return b.query()
 	}
-	orderCheck := orderCheckApplies(in, p)
+	wasArmed := false
 	if in.Operation == admissionv1.Update && in.Old != nil {
 		for _, ov := range view(in.Old, in.configMapsFor(f.configMaps(), true), budget) {
 			if ov.armed && !ov.unknowable {
-				orderCheck = false // armed before: not a transition
+				wasArmed = true // armed before: not a transition
 			}
 			for _, name := range ov.pending {
 				b.configMap(name)
 			}
 		}
-		if !orderCheck && in.ConfigMapChange != nil {
+		if wasArmed && in.ConfigMapChange != nil {
 			return b.query() // the change arms nothing that was not armed: Decide has no opinion
 		}
 	}
+	orderCheck := orderCheckApplies(in, p) && !wasArmed
 	sa := ServiceAccountName(w.Pod.Spec)
 	if sa != "default" {
 		b.serviceAccount(sa)

@@ -111,7 +111,9 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 	for _, name := range q.ServiceAccounts {
 		key := types.NamespacedName{Namespace: q.Namespace, Name: name}
 		if fact, ok := r.cache.serviceAccount(key); ok {
+			mu.Lock()
 			out.ServiceAccounts[name] = fact
+			mu.Unlock()
 			continue
 		}
 		run(func() {
@@ -138,7 +140,9 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 	}
 	for _, c := range q.Access {
 		if fact, ok := r.cache.accessFact(c); ok {
+			mu.Lock()
 			out.Access[c] = fact
+			mu.Unlock()
 			continue
 		}
 		run(func() {
@@ -156,7 +160,9 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 	for _, key := range q.Leases {
 		if r.leases != nil {
 			if l, err := r.leases.Leases(key.Namespace).Get(key.Name); err == nil {
+				mu.Lock()
 				out.Leases[key] = LeaseFact{Spec: *l.Spec.DeepCopy()}
+				mu.Unlock()
 				continue
 			}
 		}

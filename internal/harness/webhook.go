@@ -75,10 +75,10 @@ func StartWebhook(ctx context.Context, c *testcluster.Cluster, bin, ns, rel, dir
 	}
 	w.cmd = exec.Command(bin, append([]string{
 		"--kubeconfig=" + kubeconfig,
-		"--namespace="+ns,
+		"--namespace=" + ns,
 		"--webhook-host=127.0.0.1",
 		fmt.Sprintf("--webhook-port=%d", ports[0]),
-		"--cert-dir="+certDir,
+		"--cert-dir=" + certDir,
 		"--cert-rotation=false",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[2]),

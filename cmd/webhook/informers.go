@@ -36,12 +36,26 @@ type watchHealth struct {
 	okAt    time.Time
 	errAt   time.Time
 	lastErr error
+	callAt  time.Time // a list or watch call in progress since
+}
+
+// stuckAfter is how long a list or watch call may go unanswered before the watch counts as
+// broken: client-go retries a call whose connection fails inside the call, so a partition from the
+// API server shows as a call that does not return rather than as an error.
+const stuckAfter = 10 * time.Second
+
+// calling notes a list or watch call starting; note its end.
+func (h *watchHealth) calling() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.callAt = time.Now()
 }
 
 func (h *watchHealth) note(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()
+	h.callAt = time.Time{}
 	if err == nil {
 		h.okAt = now
 		return
@@ -58,8 +72,70 @@ func (h *watchHealth) check() error {
 	if !h.errAt.IsZero() && !h.okAt.After(h.errAt) {
 		return fmt.Errorf("the %s watch is broken since %s: %v", h.what, h.errAt.UTC().Format(time.RFC3339), h.lastErr)
 	}
+	if !h.callAt.IsZero() && time.Since(h.callAt) > stuckAfter {
+		return fmt.Errorf("the %s watch is broken: the API server has not answered its list or watch since %s", h.what, h.callAt.UTC().Format(time.RFC3339))
+	}
 	return nil
 }
+
+// confirmAfter is how long a watch must stay open (or deliver an event) to count as working.
+// client-go answers a watch whose connection keeps failing with an empty watch and no error, and
+// that one closes at once.
+const confirmAfter = time.Second
+
+// observedWatch forwards a watch's events and reports its health: working once it delivers an
+// event or stays open for confirmAfter, broken when it ends before that.
+type observedWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func observe(w watch.Interface, h *watchHealth) watch.Interface {
+	o := &observedWatch{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(o.out)
+		timer := time.NewTimer(confirmAfter)
+		defer timer.Stop()
+		confirmed := false
+		confirm := func() {
+			if !confirmed {
+				confirmed = true
+				h.note(nil)
+			}
+		}
+		in := w.ResultChan()
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					if !confirmed {
+						h.note(errors.New("the watch ended as soon as it began (is the API server reachable?)"))
+					}
+					return
+				}
+				confirm()
+				select {
+				case o.out <- ev:
+				case <-o.stop:
+					return
+				}
+			case <-timer.C:
+				confirm()
+			case <-o.stop:
+				return
+			}
+		}
+	}()
+	return o
+}
+
+func (o *observedWatch) Stop() {
+	o.once.Do(func() { close(o.stop); o.inner.Stop() })
+}
+
+func (o *observedWatch) ResultChan() <-chan watch.Event { return o.out }
 
 // watched is one informer: its kind in one namespace ("" for all).
 type watched struct {
@@ -135,14 +211,19 @@ func newWatched(k kindClient, ns string, indexers toolscache.Indexers, transform
 	h := &watchHealth{what: what}
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			h.calling()
 			obj, err := k.list(ctx, ns, o)
 			h.note(err)
 			return obj, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			h.calling()
 			w, err := k.watch(ctx, ns, o)
-			h.note(err)
-			return w, err
+			if err != nil {
+				h.note(err)
+				return nil, err
+			}
+			return observe(w, h), nil
 		},
 	}
 	inf := toolscache.NewSharedIndexInformerWithOptions(lw, k.obj, toolscache.SharedIndexInformerOptions{Indexers: indexers, ObjectDescription: what})

@@ -167,3 +167,6 @@ func LoopbackCert(certDir string) ([]byte, error) {
 	}
 	return certPEM, nil
 }
+
+// PID is the webhook process's id (for reading its memory from /proc).
+func (w *Webhook) PID() int { return w.cmd.Process.Pid }

@@ -244,6 +244,7 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 		}
 	}
 	log.Info("decision", "allowed", len(denials) == 0, "readers", len(readers), "judged", judged, "lookups", lookups, "tookMs", time.Since(start).Milliseconds())
+	warnings = append([]string{"the guard judged this ConfigMap for the StatefulSets, Deployments, DaemonSets, CronJobs and Jobs that read it; bare Pods and ReplicaSets reading it are not checked (README limits)."}, warnings...)
 	if len(warnings) > maxListed {
 		warnings = warnings[:maxListed]
 	}

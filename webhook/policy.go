@@ -724,7 +724,10 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	if w.Controller != "" && !w.Exempt && in.ConfigMapChange == nil {
 		d.warn(truncate(fmt.Sprintf("controlled by %s, which the guard does not judge: this %s was judged itself, order check included.", w.Controller, w.Kind), 240))
 	}
-
+	// What stays open (README "limits"), said where it applies.
+	if w.Exempt && p.RequireLiveLease && w.Kind != gvkPod.Kind {
+		d.warn(truncate(fmt.Sprintf("order check skipped: the controller %s judged this template already; the guard does not verify that the owner exists.", w.Controller), 240))
+	}
 	if len(d.Unmet) == 0 {
 		d.Allowed, d.Reason = true, ReasonRequirementsMet
 		for _, v := range armed {

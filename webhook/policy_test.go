@@ -334,7 +334,7 @@ func TestPolicy(t *testing.T) {
 					APIVersion: "apps/v1", Kind: "Deployment", Name: "w", UID: "u", Controller: ptr.To(true)}}},
 				Spec: appsv1.ReplicaSetSpec{Template: d.Spec.Template}}
 			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkRS, rs)}
-		}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		}, allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"order check skipped: the controller apps/v1 Deployment \"w\""}, lookups: -1},
 		{name: "a CronJob's template is judged", input: func(t testing.TB) webhook.Input {
 			s := sts(wt.Armed())
 			cj := &batchv1.CronJob{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"}, ObjectMeta: metav1.ObjectMeta{Name: "cj", Namespace: ns},

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,20 +17,43 @@ import (
 // operator commonly keeps feature flags there; it never reads Secrets (it has no right to, and a
 // guard that reads every Secret it is shown would be a worse problem than the one it solves).
 // Anything it cannot read is Unknown, and the policy treats an Unknown fencing value as armed.
+//
+// A StatefulSet's pods differ only in their ordinal, and the downward API can hand a container
+// values made of it (metadata.name, the pod-index and pod-name labels). Such a value is known per
+// ordinal: PerOrdinal is true and Text holds ordinalMark where the ordinal goes (At renders it).
 type Value struct {
-	Text    string
-	Unknown *Unknown
+	Text       string
+	Unknown    *Unknown
+	PerOrdinal bool
 }
 
-// Known reports whether the exact value is known.
+// ordinalMark stands for the ordinal in a PerOrdinal value's Text. It is a Unicode noncharacter;
+// a literal that contains it is refused as unknowable rather than confused with the mark.
+const ordinalMark = "\uFFFF"
+
+// Known reports whether the exact value is known (for every ordinal, when PerOrdinal).
 func (v Value) Known() bool { return v.Unknown == nil }
+
+// At is the text in the pod of the given ordinal.
+func (v Value) At(ordinal int64) string {
+	if !v.PerOrdinal {
+		return v.Text
+	}
+	return strings.ReplaceAll(v.Text, ordinalMark, strconv.FormatInt(ordinal, 10))
+}
 
 // Unknown says why a value cannot be known. When Pending is non-empty, the value depends only on
 // ConfigMaps not read yet; reading them resolves it (to a text or to a definite Unknown).
 type Unknown struct {
 	Reasons []string // human readable, each names the source, e.g. `Secret "db" (the guard does not read Secrets)`
 	Pending []string // names of ConfigMaps whose content is needed
+	// more counts reasons left out (maxReasons).
+	more int
 }
+
+// maxReasons caps the reasons one Unknown keeps: a template with thousands of Secret sources
+// must not make every lookup merge thousands of strings.
+const maxReasons = 4
 
 func (u *Unknown) merge(o *Unknown) *Unknown {
 	if o == nil {
@@ -39,22 +63,26 @@ func (u *Unknown) merge(o *Unknown) *Unknown {
 		u = &Unknown{}
 	}
 	out := &Unknown{
-		Reasons: appendNew(append([]string(nil), u.Reasons...), o.Reasons...),
+		Reasons: append([]string(nil), u.Reasons...),
 		Pending: appendNew(append([]string(nil), u.Pending...), o.Pending...),
+		more:    u.more + o.more,
+	}
+	for _, r := range o.Reasons {
+		switch {
+		case slices.Contains(out.Reasons, r):
+		case len(out.Reasons) < maxReasons:
+			out.Reasons = append(out.Reasons, r)
+		default:
+			out.more++
+		}
 	}
 	return out
 }
 
+// appendNew appends the elements of add not in dst yet (dst is small: callers cap it).
 func appendNew(dst []string, add ...string) []string {
 	for _, a := range add {
-		found := false
-		for _, d := range dst {
-			if d == a {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !slices.Contains(dst, a) {
 			dst = append(dst, a)
 		}
 	}
@@ -69,6 +97,9 @@ func (u *Unknown) String() string {
 	parts := append([]string(nil), u.Reasons...)
 	for _, p := range u.Pending {
 		parts = append(parts, "ConfigMap "+quote(p)+" (not read yet)")
+	}
+	if u.more > 0 {
+		parts = append(parts, strconv.Itoa(u.more)+" more source(s)")
 	}
 	return strings.Join(parts, "; ")
 }
@@ -92,6 +123,9 @@ type PodContext struct {
 	Namespace string
 	Meta      PodMeta
 	Spec      *corev1.PodSpec
+	// SetName is set for a StatefulSet's template: its pods are named <SetName>-<ordinal> and
+	// carry the pod-index and pod-name labels, so those fields are known per ordinal.
+	SetName string
 }
 
 // PodMeta is the part of the pod's metadata a fieldRef can read.
@@ -102,33 +136,89 @@ type PodMeta struct {
 	Annotations map[string]string
 }
 
+// Labels the StatefulSet controller sets on each pod from its ordinal (overriding the template).
+const (
+	labelPodIndex = "apps.kubernetes.io/pod-index"
+	labelPodName  = "statefulset.kubernetes.io/pod-name"
+)
+
 // Env is the effective environment of one container as the kubelet would build it.
 type Env struct {
-	vars map[string]Value
+	vars map[string]envEntry
 	// wild are envFrom sources whose content is unknown (a Secret, a ConfigMap not read yet or not
-	// readable): any name with the source's prefix may have been set by them, unless a later
+	// readable), by prefix: any name with the prefix may have been set by them, unless a later
 	// definite source (an env entry, a later envFrom) set it again.
-	wild []wildSource
+	wild map[string]*wildSource
+	// wildLens are the distinct lengths of the wild prefixes, so a lookup tries only those.
+	wildLens []int
+	budget   *Budget
+}
+
+type envEntry struct {
+	v     Value
+	order int // position of the source that set it: envFrom index, then len(envFrom)+env index
 }
 
 type wildSource struct {
-	prefix string
-	why    *Unknown
+	why   *Unknown
+	order int // the latest envFrom index of a wild source with this prefix
 }
+
+// Budget bounds the work of judging one object, whatever the object says: every step of
+// resolving environments spends from it, and once it is spent every value still to be resolved is
+// unknowable (so an armed-looking object is refused, never admitted on a guess). The zero Budget
+// is spent; NewBudget gives a fresh one.
+type Budget struct{ left int64 }
+
+// DefaultBudget is the work one review may do resolving environments: about 16 M steps (bytes
+// hashed or compared), tens of milliseconds, whatever the size or shape of the object.
+const DefaultBudget = 16 << 20
+
+// NewBudget returns a budget of n steps (DefaultBudget when n <= 0).
+func NewBudget(n int64) *Budget {
+	if n <= 0 {
+		n = DefaultBudget
+	}
+	return &Budget{left: n}
+}
+
+// spend takes n steps; false once the budget is exhausted. A nil budget is unlimited.
+func (b *Budget) spend(n int) bool {
+	if b == nil {
+		return true
+	}
+	b.left -= int64(n) + 1
+	return b.left >= 0
+}
+
+// Exhausted reports whether the budget is spent.
+func (b *Budget) Exhausted() bool { return b != nil && b.left < 0 }
+
+var errBudget = &Unknown{Reasons: []string{"the object is too complex for the guard to resolve within its per-review work budget"}}
 
 // Lookup returns the variable's value and whether it is set (an Unknown value counts as set).
 func (e *Env) Lookup(name string) (Value, bool) {
-	if v, ok := e.vars[name]; ok {
-		return v, true
+	if !e.budget.spend(len(name)) {
+		return Value{Unknown: errBudget}, true
 	}
+	ent, set := e.vars[name]
 	var u *Unknown
-	for _, w := range e.wild {
-		if strings.HasPrefix(name, w.prefix) {
+	for _, l := range e.wildLens {
+		if l > len(name) {
+			break
+		}
+		if !e.budget.spend(l) {
+			return Value{Unknown: errBudget}, true
+		}
+		if w, ok := e.wild[name[:l]]; ok && (!set || w.order > ent.order) {
 			u = u.merge(w.why)
 		}
 	}
-	if u != nil {
-		return Value{Unknown: u}, true
+	switch {
+	case u != nil:
+		return Value{Unknown: u.merge(ent.v.Unknown)}, true
+	case set:
+		return ent.v, true
 	}
 	return Value{}, false
 }
@@ -155,10 +245,18 @@ func (e *Env) Names() []string {
 //     container from starting and is therefore unknowable.
 //
 // The service-link variables the kubelet adds (FOO_SERVICE_HOST, ...) are not modelled: a
-// reference to them stays literal, as the issue prescribes.
+// reference to them stays literal, as the issue prescribes. ResolveEnv has no work bound; the
+// guard itself uses resolveEnv with the review's Budget.
 func ResolveEnv(c *corev1.Container, pod *PodContext, cms ConfigMapSource) *Env {
-	e := &Env{vars: map[string]Value{}}
-	for _, from := range c.EnvFrom {
+	return resolveEnv(c, pod, cms, nil)
+}
+
+func resolveEnv(c *corev1.Container, pod *PodContext, cms ConfigMapSource, budget *Budget) *Env {
+	e := &Env{vars: map[string]envEntry{}, wild: map[string]*wildSource{}, budget: budget}
+	for i, from := range c.EnvFrom {
+		if !budget.spend(len(from.Prefix)) {
+			break
+		}
 		switch {
 		case from.ConfigMapRef != nil:
 			name := from.ConfigMapRef.Name
@@ -166,52 +264,68 @@ func ResolveEnv(c *corev1.Container, pod *PodContext, cms ConfigMapSource) *Env 
 			fact, ok := cms(name)
 			switch {
 			case !ok:
-				e.addWild(from.Prefix, &Unknown{Pending: []string{name}})
+				e.addWild(i, from.Prefix, &Unknown{Pending: []string{name}})
 			case fact.Err != nil:
-				e.addWild(from.Prefix, &Unknown{Reasons: []string{"ConfigMap " + quote(name) + " could not be read: " + fact.Err.Error()}})
+				e.addWild(i, from.Prefix, &Unknown{Reasons: []string{"ConfigMap " + quote(name) + " could not be read: " + fact.Err.Error()}})
 			case fact.NotFound && optional:
 				// skipped by the kubelet
 			case fact.NotFound:
-				e.addWild(from.Prefix, &Unknown{Reasons: []string{"ConfigMap " + quote(name) + " does not exist (the kubelet will not start the container until it does)"}})
+				e.addWild(i, from.Prefix, &Unknown{Reasons: []string{"ConfigMap " + quote(name) + " does not exist (the kubelet will not start the container until it does)"}})
 			default:
 				for k, v := range fact.Data {
-					e.vars[from.Prefix+k] = Value{Text: v}
+					if !budget.spend(len(from.Prefix) + len(k)) {
+						break
+					}
+					e.vars[from.Prefix+k] = envEntry{v: Value{Text: v}, order: i}
 				}
 			}
 		case from.SecretRef != nil:
-			e.addWild(from.Prefix, &Unknown{Reasons: []string{"envFrom Secret " + quote(from.SecretRef.Name) + " (the guard does not read Secrets)"}})
+			e.addWild(i, from.Prefix, &Unknown{Reasons: []string{"envFrom Secret " + quote(from.SecretRef.Name) + " (the guard does not read Secrets)"}})
 		default:
 			// A source kind this version does not know: whatever it sets is unknowable.
-			e.addWild(from.Prefix, &Unknown{Reasons: []string{"an envFrom source of an unknown kind"}})
+			e.addWild(i, from.Prefix, &Unknown{Reasons: []string{"an envFrom source of an unknown kind"}})
 		}
 	}
+	base := len(c.EnvFrom)
 	for i := range c.Env {
 		ev := &c.Env[i]
+		if budget.Exhausted() {
+			break
+		}
+		order := base + i
 		if ev.Value != "" {
-			e.vars[ev.Name] = expand(ev.Value, e)
+			e.vars[ev.Name] = envEntry{v: expand(ev.Value, e), order: order}
 			continue
 		}
 		if ev.ValueFrom == nil {
-			e.vars[ev.Name] = Value{}
+			e.vars[ev.Name] = envEntry{order: order}
 			continue
 		}
 		v, set := resolveValueFrom(ev, pod, cms)
 		if set {
-			e.vars[ev.Name] = v
+			e.vars[ev.Name] = envEntry{v: v, order: order}
 		}
+	}
+	if budget.Exhausted() {
+		// Whatever was not resolved may be anything.
+		e.addWild(base+len(c.Env), "", errBudget)
 	}
 	return e
 }
 
-// addWild records an unknowable envFrom source: every name already set under its prefix may
-// now be overridden by it.
-func (e *Env) addWild(prefix string, why *Unknown) {
-	for k, v := range e.vars {
-		if strings.HasPrefix(k, prefix) {
-			e.vars[k] = Value{Unknown: why.merge(v.Unknown)}
+// addWild records an unknowable envFrom source at position order: every name already set under
+// its prefix may now be overridden by it.
+func (e *Env) addWild(order int, prefix string, why *Unknown) {
+	w, ok := e.wild[prefix]
+	if !ok {
+		w = &wildSource{}
+		e.wild[prefix] = w
+		if i, found := slices.BinarySearch(e.wildLens, len(prefix)); !found {
+			e.wildLens = slices.Insert(e.wildLens, i, len(prefix))
 		}
 	}
-	e.wild = append(e.wild, wildSource{prefix: prefix, why: why})
+	w.why = w.why.merge(why)
+	w.order = order
 }
 
 func resolveValueFrom(ev *corev1.EnvVar, pod *PodContext, cms ConfigMapSource) (Value, bool) {
@@ -277,6 +391,15 @@ func fieldRefValue(ref *corev1.ObjectFieldSelector, pod *PodContext) Value {
 		default:
 			return unknown("fieldRef " + quote(ref.FieldPath) + " (not supported by the kubelet)")
 		}
+		if base == "metadata.labels" && pod.SetName != "" {
+			// The StatefulSet controller sets these on every pod, over the template's.
+			switch key {
+			case labelPodIndex:
+				return Value{Text: ordinalMark, PerOrdinal: true}
+			case labelPodName:
+				return Value{Text: pod.SetName + "-" + ordinalMark, PerOrdinal: true}
+			}
+		}
 		if v, ok := m[key]; ok {
 			return Value{Text: v}
 		}
@@ -290,6 +413,9 @@ func fieldRefValue(ref *corev1.ObjectFieldSelector, pod *PodContext) Value {
 	case "metadata.namespace":
 		return Value{Text: pod.Namespace}
 	case "metadata.name":
+		if pod.SetName != "" {
+			return Value{Text: pod.SetName + "-" + ordinalMark, PerOrdinal: true}
+		}
 		if pod.Template || pod.Meta.Name == "" {
 			return unknown("fieldRef metadata.name (the pod's name is chosen by its controller)")
 		}

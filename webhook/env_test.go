@@ -13,12 +13,12 @@ import (
 // nested or unterminated, and a '$' before other runes (the corner cases the kubelet's own
 // expansion tests pin, v1.37).
 func TestExpandMatchesTheKubelet(t *testing.T) {
-	env := &Env{vars: map[string]Value{
-		"VAR_A":     {Text: "A"},
-		"VAR_B":     {Text: "B"},
-		"VAR_C":     {Text: "C"},
-		"VAR_REF":   {Text: "$(VAR_A)"},
-		"VAR_EMPTY": {Text: ""},
+	env := &Env{vars: map[string]envEntry{
+		"VAR_A":     {v: Value{Text: "A"}},
+		"VAR_B":     {v: Value{Text: "B"}},
+		"VAR_C":     {v: Value{Text: "C"}},
+		"VAR_REF":   {v: Value{Text: "$(VAR_A)"}},
+		"VAR_EMPTY": {v: Value{Text: ""}},
 	}}
 	cases := []struct{ in, want string }{
 		{"$(VAR_A)", "A"},
@@ -74,7 +74,7 @@ func TestExpandMatchesTheKubelet(t *testing.T) {
 }
 
 func TestExpandOfAnUnknowableReferenceIsUnknowable(t *testing.T) {
-	env := &Env{vars: map[string]Value{"S": unknown("Secret x")}}
+	env := &Env{vars: map[string]envEntry{"S": {v: unknown("Secret x")}}}
 	if v := expand("pre-$(S)", env); v.Known() {
 		t.Fatalf("got %+v, want unknowable", v)
 	}

@@ -18,6 +18,13 @@ import (
 func expand(input string, env *Env) Value {
 	var out strings.Builder
 	var unknown *Unknown
+	perOrdinal := false
+	if !env.budget.spend(len(input)) {
+		return Value{Unknown: errBudget}
+	}
+	if strings.Contains(input, ordinalMark) {
+		return Value{Unknown: &Unknown{Reasons: []string{"a value containing U+FFFF, which the guard reserves"}}}
+	}
 	rest := input
 	for {
 		at := strings.IndexByte(rest, '$')
@@ -45,6 +52,13 @@ func expand(input string, env *Env) Value {
 			case !set:
 				out.WriteString("$(" + name + ")")
 			case v.Known():
+				if !v.PerOrdinal && strings.Contains(v.Text, ordinalMark) {
+					unknown = unknown.merge(&Unknown{Reasons: []string{"a value containing U+FFFF, which the guard reserves"}})
+				}
+				if !env.budget.spend(len(v.Text)) {
+					return Value{Unknown: errBudget}
+				}
+				perOrdinal = perOrdinal || v.PerOrdinal
 				out.WriteString(v.Text)
 			default:
 				unknown = unknown.merge(v.Unknown)
@@ -59,7 +73,7 @@ func expand(input string, env *Env) Value {
 	if unknown != nil {
 		return Value{Unknown: unknown}
 	}
-	return Value{Text: out.String()}
+	return Value{Text: out.String(), PerOrdinal: perOrdinal}
 }
 
 func quote(s string) string { return strconv.Quote(s) }

@@ -29,24 +29,31 @@ type Facts struct {
 // ServiceAccountFact is what a lookup of one ServiceAccount returned.
 type ServiceAccountFact struct {
 	Annotations map[string]string
-	NotFound    bool
-	Err         error
+	// AutomountToken is the ServiceAccount's automountServiceAccountToken (nil: unset, true).
+	AutomountToken *bool
+	NotFound       bool
+	Err            error
 }
 
 // AccessCheck asks whether a ServiceAccount, authenticated with its token (and so carrying the
 // groups system:serviceaccounts, system:serviceaccounts:<ns> and system:authenticated), may do
-// Verb on coordination.k8s.io leases in Namespace.
+// Verb on coordination.k8s.io leases in Namespace: on any Lease when Name is empty, else on the
+// Lease of that name (what a Role restricted by resourceNames grants).
 type AccessCheck struct {
 	ServiceAccount types.NamespacedName
 	Namespace      string
 	Verb           string
+	Name           string
 }
 
 // AccessFact is a SubjectAccessReview's answer.
 type AccessFact struct {
 	Allowed bool
-	Reason  string // the authorizer's reason or evaluation error, for messages
-	Err     error
+	Reason  string // the authorizer's reason, for messages
+	// EvaluationError is the authorizer's evaluation error: a refusal that carries one means
+	// the authorizer could not decide, not that the access is missing.
+	EvaluationError string
+	Err             error
 }
 
 // LeaseFact is what a lookup of one Lease returned.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -20,6 +21,11 @@ import (
 	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
+
+// fuzzInputBudget is each fuzz input's time budget: the deadline its review's lookups get, as the
+// API server's webhook timeout bounds a real review's. The guard's own work budget (Budget,
+// MaxShards) keeps any one input far below it.
+const fuzzInputBudget = 100 * time.Millisecond
 
 // The alphabet env programs are written in.
 var (
@@ -211,7 +217,9 @@ func FuzzEnvResolution(f *testing.F) {
 
 		s := sts(wt.ServiceAccount(wt.WriterSA), func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.Containers = []corev1.Container{c} })
 		in := webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkSTS, s)}
-		d, _ := webhook.Evaluate(context.Background(), cluster, in, webhook.Policy{RequireLiveLease: true}, now)
+		ctx, cancel := context.WithTimeout(context.Background(), fuzzInputBudget)
+		defer cancel()
+		d, _ := webhook.Evaluate(ctx, cluster, in, webhook.Policy{RequireLiveLease: true}, now)
 
 		env, started := kubeletEnv(&c, ns, cms, secrets)
 		if !started {
@@ -275,10 +283,12 @@ func FuzzAdmissionReview(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":{"spec":{"containers":[{"name":"w","env":[{"name":"NOETL_EHDB_FENCING","value":"enforce"}]}]}}}}`))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`))
 	f.Add([]byte(`{}`))
-	h := webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, Policy: webhook.Policy{RequireLiveLease: true}})
+	f.Add(review(f, admissionv1.Create, stsKind, sts(append(compliant(), wt.Replicas(2147483647))...), nil))
+	h := webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, Policy: webhook.Policy{RequireLiveLease: true}, LookupTimeout: fuzzInputBudget})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(body))
+		// The per-input budget: the API server's own ?timeout= (the handler works to 90% of it).
+		req := httptest.NewRequest(http.MethodPost, "/validate?timeout="+fuzzInputBudget.String(), bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		h.ServeHTTP(rec, req)
 		if rec.Code >= 500 {

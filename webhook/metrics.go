@@ -18,7 +18,7 @@ type Metrics struct {
 const KindOther = "other"
 
 // judgedKinds are the kind label values besides KindOther.
-var judgedKinds = []string{"Pod", "StatefulSet", "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob"}
+var judgedKinds = []string{"Pod", "StatefulSet", "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob", "ConfigMap"}
 
 // NewMetrics registers the guard's series with reg:
 //
@@ -65,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.duration = existing
 	}
 	for _, k := range judgedKinds {
-		for _, r := range []Reason{ReasonUnarmed, ReasonRequirementsMet, ReasonNoOpinion} {
+		for _, r := range AllowReasons {
 			m.decisions.WithLabelValues(k, "allowed", string(r))
 		}
 		for _, r := range DenialReasons {

@@ -8,6 +8,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjson "sigs.k8s.io/json"
 )
@@ -25,10 +26,14 @@ type Workload struct {
 	Replicas     int32
 	OrdinalStart int32
 	ServiceName  string
-	// Controlled is true when the object has a controller owner (a StatefulSet's Pod, a
-	// Deployment's ReplicaSet, a CronJob's Job). Such an object is the consequence of a decision
-	// already taken on its owner, and re-creating it must not depend on its own Lease being live.
-	Controlled bool
+	// Controller is the object's controller owner ("apps/v1 Deployment name"), "" when none.
+	Controller string
+	// Exempt is true when the controller is a workload whose template the guard has already
+	// judged: a Deployment's ReplicaSet, a CronJob's Job, a Pod of a StatefulSet, ReplicaSet,
+	// DaemonSet or Job. Such an object is the consequence of a decision already taken on its
+	// owner, and re-creating it must not depend on its own Lease being live. Any other controller
+	// (a ConfigMap, an operator's custom resource) exempts nothing: its object is judged itself.
+	Exempt bool
 	// Deleting is true once the object carries a deletionTimestamp.
 	Deleting bool
 }
@@ -60,6 +65,7 @@ var (
 	gvkReplicaSet  = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
 	gvkJob         = batchv1.SchemeGroupVersion.WithKind("Job")
 	gvkCronJob     = batchv1.SchemeGroupVersion.WithKind("CronJob")
+	gvkConfigMap   = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
 )
 
 // ErrUnknownKind is returned by DecodeWorkload for a kind the guard has no opinion on.
@@ -82,25 +88,46 @@ func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (
 	if len(raw) == 0 {
 		return nil, errors.New("no object in the request")
 	}
-	w := &Workload{Kind: gvk.Kind, Namespace: namespace}
-	var meta *metav1.ObjectMeta
-	var tmpl *corev1.PodTemplateSpec
+	var obj runtime.Object
 	switch gvk {
 	case gvkPod:
-		var o corev1.Pod
-		if err := decodeInto(raw, &o, gvk); err != nil {
-			return nil, err
-		}
-		meta = &o.ObjectMeta
+		obj = &corev1.Pod{}
+	case gvkStatefulSet:
+		obj = &appsv1.StatefulSet{}
+	case gvkDeployment:
+		obj = &appsv1.Deployment{}
+	case gvkDaemonSet:
+		obj = &appsv1.DaemonSet{}
+	case gvkReplicaSet:
+		obj = &appsv1.ReplicaSet{}
+	case gvkJob:
+		obj = &batchv1.Job{}
+	case gvkCronJob:
+		obj = &batchv1.CronJob{}
+	default:
+		return nil, fmt.Errorf("%w: %s", ErrUnknownKind, gvk)
+	}
+	if err := decodeInto(raw, obj, gvk); err != nil {
+		return nil, err
+	}
+	return WorkloadOf(obj, namespace)
+}
+
+// WorkloadOf is the Workload of a typed object of a judged kind (as an informer holds it).
+// namespace is used when the object carries none.
+func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
+	w := &Workload{Namespace: namespace}
+	var meta *metav1.ObjectMeta
+	var tmpl *corev1.PodTemplateSpec
+	var gvk schema.GroupVersionKind
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		gvk, meta = gvkPod, &o.ObjectMeta
 		w.Pod = PodContext{Template: false, Spec: &o.Spec, Meta: PodMeta{
 			Name: o.Name, UID: string(o.UID), Labels: o.Labels, Annotations: o.Annotations,
 		}}
-	case gvkStatefulSet:
-		var o appsv1.StatefulSet
-		if err := decodeInto(raw, &o, gvk); err != nil {
-			return nil, err
-		}
-		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
+	case *appsv1.StatefulSet:
+		gvk, meta, tmpl = gvkStatefulSet, &o.ObjectMeta, &o.Spec.Template
 		w.Replicas = 1
 		if o.Spec.Replicas != nil {
 			w.Replicas = *o.Spec.Replicas
@@ -109,39 +136,20 @@ func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (
 			w.OrdinalStart = o.Spec.Ordinals.Start
 		}
 		w.ServiceName = o.Spec.ServiceName
-	case gvkDeployment:
-		var o appsv1.Deployment
-		if err := decodeInto(raw, &o, gvk); err != nil {
-			return nil, err
-		}
-		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
-	case gvkDaemonSet:
-		var o appsv1.DaemonSet
-		if err := decodeInto(raw, &o, gvk); err != nil {
-			return nil, err
-		}
-		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
-	case gvkReplicaSet:
-		var o appsv1.ReplicaSet
-		if err := decodeInto(raw, &o, gvk); err != nil {
-			return nil, err
-		}
-		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
-	case gvkJob:
-		var o batchv1.Job
-		if err := decodeInto(raw, &o, gvk); err != nil {
-			return nil, err
-		}
-		meta, tmpl = &o.ObjectMeta, &o.Spec.Template
-	case gvkCronJob:
-		var o batchv1.CronJob
-		if err := decodeInto(raw, &o, gvk); err != nil {
-			return nil, err
-		}
-		meta, tmpl = &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template
+	case *appsv1.Deployment:
+		gvk, meta, tmpl = gvkDeployment, &o.ObjectMeta, &o.Spec.Template
+	case *appsv1.DaemonSet:
+		gvk, meta, tmpl = gvkDaemonSet, &o.ObjectMeta, &o.Spec.Template
+	case *appsv1.ReplicaSet:
+		gvk, meta, tmpl = gvkReplicaSet, &o.ObjectMeta, &o.Spec.Template
+	case *batchv1.Job:
+		gvk, meta, tmpl = gvkJob, &o.ObjectMeta, &o.Spec.Template
+	case *batchv1.CronJob:
+		gvk, meta, tmpl = gvkCronJob, &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template
 	default:
-		return nil, fmt.Errorf("%w: %s", ErrUnknownKind, gvk)
+		return nil, fmt.Errorf("%w: %T", ErrUnknownKind, obj)
 	}
+	w.Kind = gvk.Kind
 	if w.Namespace == "" {
 		w.Namespace = meta.Namespace
 	}
@@ -150,14 +158,55 @@ func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (
 		w.Name = meta.GenerateName
 	}
 	w.Deleting = meta.DeletionTimestamp != nil
-	w.Controlled = metav1.GetControllerOfNoCopy(meta) != nil
+	if ref := metav1.GetControllerOfNoCopy(meta); ref != nil {
+		w.Controller = ref.APIVersion + " " + ref.Kind + " " + quote(ref.Name)
+		w.Exempt = exemptingOwner(gvk.Kind, ref)
+	}
 	if tmpl != nil {
 		w.Pod = PodContext{Template: true, Spec: &tmpl.Spec, Meta: PodMeta{
 			Labels: tmpl.Labels, Annotations: tmpl.Annotations,
 		}}
+		if gvk == gvkStatefulSet {
+			w.Pod.SetName = meta.Name
+		}
 	}
 	w.Pod.Namespace = w.Namespace
 	return w, nil
+}
+
+// decodeConfigMap decodes a ConfigMap as the API server does (case-sensitive field names).
+func decodeConfigMap(raw []byte) (*corev1.ConfigMap, error) {
+	if len(raw) == 0 {
+		return nil, errors.New("no object in the request")
+	}
+	var cm corev1.ConfigMap
+	if err := decodeInto(raw, &cm, gvkConfigMap); err != nil {
+		return nil, err
+	}
+	return &cm, nil
+}
+
+// exemptingOwner reports whether a controller reference of an object of the given kind points to a
+// workload whose pod template the guard judged: the only chains along which a template is copied
+// unchanged by a controller.
+func exemptingOwner(kind string, ref *metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return false
+	}
+	owner := gv.WithKind(ref.Kind)
+	switch kind {
+	case gvkReplicaSet.Kind:
+		return owner == gvkDeployment
+	case gvkJob.Kind:
+		return owner == gvkCronJob
+	case gvkPod.Kind:
+		switch owner {
+		case gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob:
+			return true
+		}
+	}
+	return false
 }
 
 // decodeInto decodes as the API server does: case-sensitive field names (sigs.k8s.io/json), so

@@ -219,9 +219,14 @@ func TestPolicy(t *testing.T) {
 			},
 			envVar(corev1.EnvVar{Name: "NOETL_EHDB_FENCING", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['ehdb/fencing']"}}})},
 			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
-		{name: "fencing from the pod name: unknowable in a template", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_ELECTION"),
+		{name: "fencing from the pod name: known per ordinal in a StatefulSet, never enforce", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_ELECTION"),
 			envVar(corev1.EnvVar{Name: "NOETL_EHDB_FENCING", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}})},
-			unmet: []webhook.Reason{webhook.ReasonElectionDisabled}, lookups: -1},
+			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+		{name: "fencing from the pod name: unknowable in a Deployment's template", input: func(t testing.TB) webhook.Input {
+			s := sts(unsetEnv("NOETL_EHDB_ELECTION"), wt.ServiceAccount(wt.WriterSA),
+				envVar(corev1.EnvVar{Name: "NOETL_EHDB_FENCING", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}))
+			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkDep, deployment(s))}
+		}, unmet: []webhook.Reason{webhook.ReasonElectionDisabled, webhook.ReasonShardUnknown}, lookups: -1},
 
 		// --- election --------------------------------------------------------------------
 		{name: "election 1", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_ELECTION", "1")}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
@@ -329,7 +334,7 @@ func TestPolicy(t *testing.T) {
 					APIVersion: "apps/v1", Kind: "Deployment", Name: "w", UID: "u", Controller: ptr.To(true)}}},
 				Spec: appsv1.ReplicaSetSpec{Template: d.Spec.Template}}
 			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkRS, rs)}
-		}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		}, allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"order check skipped: the controller apps/v1 Deployment \"w\""}, lookups: -1},
 		{name: "a CronJob's template is judged", input: func(t testing.TB) webhook.Input {
 			s := sts(wt.Armed())
 			cj := &batchv1.CronJob{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"}, ObjectMeta: metav1.ObjectMeta{Name: "cj", Namespace: ns},

@@ -65,21 +65,28 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, r.limit)
-	run := func(f func()) {
+	// run takes a slot BEFORE it starts a goroutine, so one Query never has more than limit
+	// goroutines, however many lookups it lists. Once ctx is done no lookup starts: skipped
+	// records the context's error in place of the answer.
+	run := func(f func(), skipped func(error)) {
+		if ctx.Err() != nil {
+			skipped(ctx.Err())
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			skipped(ctx.Err())
+			return
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				// Still run f: it fails fast on the done context and records the error.
-				f()
-				return
-			}
 			defer func() { <-sem }()
 			f()
 		}()
 	}
+
 	for _, name := range q.ConfigMaps {
 		run(func() {
 			fact := ConfigMapFact{}
@@ -95,12 +102,18 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 			mu.Lock()
 			out.ConfigMaps[name] = fact
 			mu.Unlock()
+		}, func(err error) {
+			mu.Lock()
+			out.ConfigMaps[name] = ConfigMapFact{Err: fmt.Errorf("getting ConfigMap %s/%s: %w", q.Namespace, name, err)}
+			mu.Unlock()
 		})
 	}
 	for _, name := range q.ServiceAccounts {
 		key := types.NamespacedName{Namespace: q.Namespace, Name: name}
 		if fact, ok := r.cache.serviceAccount(key); ok {
+			mu.Lock()
 			out.ServiceAccounts[name] = fact
+			mu.Unlock()
 			continue
 		}
 		run(func() {
@@ -113,16 +126,23 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 				fact.Err = fmt.Errorf("getting ServiceAccount %s/%s: %w", q.Namespace, name, err)
 			default:
 				fact.Annotations = sa.Annotations
+				fact.AutomountToken = sa.AutomountServiceAccountToken
 			}
 			r.cache.keepServiceAccount(key, fact)
 			mu.Lock()
 			out.ServiceAccounts[name] = fact
 			mu.Unlock()
+		}, func(err error) {
+			mu.Lock()
+			out.ServiceAccounts[name] = ServiceAccountFact{Err: fmt.Errorf("getting ServiceAccount %s: %w", key, err)}
+			mu.Unlock()
 		})
 	}
 	for _, c := range q.Access {
 		if fact, ok := r.cache.accessFact(c); ok {
+			mu.Lock()
 			out.Access[c] = fact
+			mu.Unlock()
 			continue
 		}
 		run(func() {
@@ -131,12 +151,18 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 			mu.Lock()
 			out.Access[c] = fact
 			mu.Unlock()
+		}, func(err error) {
+			mu.Lock()
+			out.Access[c] = AccessFact{Err: fmt.Errorf("SubjectAccessReview not sent: %w", err)}
+			mu.Unlock()
 		})
 	}
 	for _, key := range q.Leases {
 		if r.leases != nil {
 			if l, err := r.leases.Leases(key.Namespace).Get(key.Name); err == nil {
+				mu.Lock()
 				out.Leases[key] = LeaseFact{Spec: *l.Spec.DeepCopy()}
+				mu.Unlock()
 				continue
 			}
 		}
@@ -154,6 +180,10 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 			mu.Lock()
 			out.Leases[key] = fact
 			mu.Unlock()
+		}, func(err error) {
+			mu.Lock()
+			out.Leases[key] = LeaseFact{Err: fmt.Errorf("getting Lease %s: %w", key, err)}
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -169,17 +199,18 @@ func (r *APIResolver) access(ctx context.Context, c AccessCheck) AccessFact {
 			Verb:      c.Verb,
 			Group:     "coordination.k8s.io",
 			Resource:  "leases",
+			Name:      c.Name,
 		},
 	}}
 	res, err := r.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 	if err != nil {
-		return AccessFact{Err: fmt.Errorf("SubjectAccessReview for %s %s leases in %s: %w", serviceAccountUser(c.ServiceAccount), c.Verb, c.Namespace, err)}
+		what := "leases"
+		if c.Name != "" {
+			what = "lease " + c.Name
+		}
+		return AccessFact{Err: fmt.Errorf("SubjectAccessReview for %s %s %s in %s: %w", serviceAccountUser(c.ServiceAccount), c.Verb, what, c.Namespace, err)}
 	}
-	reason := res.Status.Reason
-	if res.Status.EvaluationError != "" {
-		reason += " (evaluation error: " + res.Status.EvaluationError + ")"
-	}
-	return AccessFact{Allowed: res.Status.Allowed && !res.Status.Denied, Reason: reason}
+	return AccessFact{Allowed: res.Status.Allowed && !res.Status.Denied, Reason: res.Status.Reason, EvaluationError: res.Status.EvaluationError}
 }
 
 func serviceAccountUser(sa types.NamespacedName) string {

@@ -3,8 +3,11 @@ package webhook_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -100,3 +103,55 @@ func TestAPIResolverMapsAnswers(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestAPIResolverRedTeam: a review's SubjectAccessReview names the Lease when asked to, an
+// evaluation error is kept apart from a refusal, no more than the limit of lookups run at once
+// (the slot is taken before a goroutine starts), and nothing starts after the deadline.
+func TestAPIResolverRedTeam(t *testing.T) {
+	cs := fake.NewClientset()
+	var mu sync.Mutex
+	inFlight, peak, sent := 0, 0, 0
+	var names []string
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+		mu.Lock()
+		inFlight++
+		sent++
+		peak = max(peak, inFlight)
+		names = append(names, sar.Spec.ResourceAttributes.Name)
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		sar.Status.EvaluationError = "webhook authorizer unreachable"
+		return true, sar, nil
+	})
+	writer := types.NamespacedName{Namespace: ns, Name: "writer"}
+	var q webhook.Query
+	for i := range 40 {
+		q.Access = append(q.Access, webhook.AccessCheck{ServiceAccount: writer, Namespace: ns, Verb: "get", Name: fmt.Sprintf("ehdb-shard-%08x", i)})
+	}
+	f := webhook.NewAPIResolver(cs, 3).Resolve(context.Background(), q)
+	if peak > 3 {
+		t.Errorf("%d lookups in flight at once, want at most 3", peak)
+	}
+	if got := f.Access[q.Access[7]]; got.Allowed || got.EvaluationError != "webhook authorizer unreachable" || got.Err != nil {
+		t.Errorf("evaluation error: %+v", got)
+	}
+	if !slices.Contains(names, "ehdb-shard-00000007") {
+		t.Errorf("the SubjectAccessReviews carry no Lease name: %q", names)
+	}
+
+	// A deadline already passed: nothing is sent, every answer is the context's error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	before := sent
+	f = webhook.NewAPIResolver(cs, 3).Resolve(ctx, q)
+	if sent != before {
+		t.Errorf("%d reviews sent after the deadline", sent-before)
+	}
+	if got := f.Access[q.Access[0]]; got.Err == nil || !errors.Is(got.Err, context.Canceled) {
+		t.Errorf("after the deadline: %+v", got)
+	}
+}

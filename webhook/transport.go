@@ -2,11 +2,13 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"time"
 )
 
 // maxReviewBytes is controller-runtime's limit: two objects of at most 3 MiB and the rest.
@@ -17,9 +19,29 @@ const maxReviewBytes = 7 << 20
 // "admission.k8s.io/v9" or a Pod as if they were reviews): anything that is not a POSTed
 // admission.k8s.io/v1 AdmissionReview with a request gets HTTP 400 (405, 413) and a plain-text
 // reason. A proper review whose object is missing or undecodable gets a denial with code 400.
+//
+// At most h.MaxInFlight reviews are worked on at once, body included: a review that finds no
+// slot before its deadline (the API server's ?timeout=, at most h.LookupTimeout) gets HTTP 429,
+// which the API server handles by the entry's failure policy. The same deadline bounds the
+// review's lookups.
 func NewHTTPHandler(h *Handler) http.Handler {
 	wh := NewWebhook(h)
+	limit := h.MaxInFlight
+	if limit <= 0 {
+		limit = DefaultMaxInFlight
+	}
+	slots := make(chan struct{}, limit)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := requestDeadline(r, h.LookupTimeout)
+		defer cancel()
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		case <-ctx.Done():
+			http.Error(w, fmt.Sprintf("the guard is working on %d reviews already; try again", limit), http.StatusTooManyRequests)
+			return
+		}
+		r = r.WithContext(ctx)
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
@@ -47,6 +69,18 @@ func NewHTTPHandler(h *Handler) http.Handler {
 		r.Header.Set("Content-Type", "application/json")
 		wh.ServeHTTP(w, r)
 	})
+}
+
+// requestDeadline is the context of one review: it ends at 90% of the timeout the API server
+// put in the URL (?timeout=5s), leaving time to answer, and never later than max (0: 4 s).
+func requestDeadline(r *http.Request, max time.Duration) (context.Context, context.CancelFunc) {
+	if max <= 0 {
+		max = 4 * time.Second
+	}
+	if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 && d*9/10 < max {
+		max = d * 9 / 10
+	}
+	return context.WithTimeout(r.Context(), max)
 }
 
 // checkEnvelope requires an admission.k8s.io/v1 AdmissionReview with a request.

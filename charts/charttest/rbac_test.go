@@ -97,6 +97,11 @@ func TestRBACMatrix(t *testing.T) {
 			{"list", coord, "leases", "", "", true},
 			{"update", coord, "leases", ns, "ehdb-shard-00000000", false},
 			{"create", "", "serviceaccounts", ns, "", false},
+			// The workloads that may read a ConfigMap, watched (never changed).
+			{"watch", "apps", "statefulsets", other, "", true},
+			{"list", "batch", "cronjobs", other, "", true},
+			{"update", "apps", "statefulsets", other, "w", false},
+			{"get", "", "pods", other, "", false},
 			// Its own Secret, by name only.
 			{"get", "", "secrets", ns, tlsSecret, true},
 			{"list", "", "secrets", ns, tlsSecret, true},
@@ -172,4 +177,35 @@ func saClient(t *testing.T, r *testRelease, ns, name string) kubernetes.Interfac
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// TestWebhookReadsOnlyWhereItGuards: with the default scope (the release namespace, plus any
+// webhook.guardedNamespaces) the guard's reads are granted there and nowhere else.
+func TestWebhookReadsOnlyWhereItGuards(t *testing.T) {
+	t.Parallel()
+	r := newRelease(t, nil)
+	team := r.c.NewNamespace(t)
+	other := r.c.NewNamespace(t)
+	// No isolation label and no "*": the chart's own scope (no object is sent to this webhook).
+	r.install(t, map[string]any{"webhook": map[string]any{"guardedNamespaces": []any{team}}})
+	const coord = "coordination.k8s.io"
+	var rows []access
+	for _, ns := range []string{r.ns, team} {
+		rows = append(rows,
+			access{"get", "", "configmaps", ns, "writer-env", true},
+			access{"get", "", "serviceaccounts", ns, "noetl-cmdbus-writer", true},
+			access{"watch", coord, "leases", ns, "", true},
+			access{"list", "apps", "deployments", ns, "", true},
+			access{"watch", "batch", "jobs", ns, "", true},
+		)
+	}
+	rows = append(rows,
+		access{"get", "", "configmaps", other, "writer-env", false},
+		access{"get", "", "serviceaccounts", other, "noetl-cmdbus-writer", false},
+		access{"watch", coord, "leases", other, "", false},
+		access{"list", coord, "leases", "", "", false},
+		access{"list", "apps", "statefulsets", "", "", false},
+		access{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
+	)
+	checkAccess(t, r.cs, r.ns, r.name+"-webhook", rows)
 }

@@ -132,8 +132,10 @@ func TestDefaultsRenderTheSpecifiedObjects(t *testing.T) {
 		"Deployment/ehdb-election-webhook",
 		"PodDisruptionBudget/ehdb-election-webhook",
 		"Role/ehdb-election-webhook",
+		"Role/ehdb-election-webhook-guard",
 		"Role/ehdb-shard-election",
 		"RoleBinding/ehdb-election-webhook",
+		"RoleBinding/ehdb-election-webhook-guard",
 		"RoleBinding/ehdb-shard-election",
 		"Secret/ehdb-election-webhook-tls",
 		"Service/ehdb-election-webhook",
@@ -195,31 +197,35 @@ func TestWriterRBAC(t *testing.T) {
 }
 
 func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
-	base := []rbacv1.PolicyRule{
+	sar := []rbacv1.PolicyRule{
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+	// What the guard reads, only where it guards (cluster-wide only with guardedNamespaces ["*"]).
+	reads := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"batch"}, Resources: []string{"cronjobs", "jobs"}, Verbs: []string{"list", "watch"}},
 	}
 	tlsVerbs := []string{"get", "list", "watch", "update", "patch"}
+	vwcRule := rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"},
+		Resources: []string{"validatingwebhookconfigurations"}, ResourceNames: []string{"ehdb-election"}, Verbs: tlsVerbs}
+	secretRole := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"},
+		ResourceNames: []string{"ehdb-election-webhook-tls"}, Verbs: tlsVerbs}}
 	cases := []struct {
 		name        string
 		values      map[string]any
 		clusterWant []rbacv1.PolicyRule
-		roleWant    []rbacv1.PolicyRule // nil: no namespaced Role for the webhook
+		roleWant    []rbacv1.PolicyRule // nil: no namespaced Role for the webhook's Secret
+		guardRoles  []string            // namespaces with the guard's read Role
 	}{
-		{
-			name:   "self-managed TLS",
-			values: nil,
-			clusterWant: append(slices.Clone(base), rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"},
-				Resources: []string{"validatingwebhookconfigurations"}, ResourceNames: []string{"ehdb-election"}, Verbs: tlsVerbs}),
-			roleWant: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"},
-				ResourceNames: []string{"ehdb-election-webhook-tls"}, Verbs: tlsVerbs}},
-		},
-		{
-			name:        "cert-manager TLS needs no Secret or webhook configuration access",
-			values:      mustValuesFile(t, "ci/certmanager-values.yaml"),
-			clusterWant: base,
-		},
+		{name: "self-managed TLS", clusterWant: append(slices.Clone(sar), vwcRule), roleWant: secretRole, guardRoles: []string{testNS}},
+		{name: "cert-manager TLS needs no Secret or webhook configuration access", values: mustValuesFile(t, "ci/certmanager-values.yaml"),
+			clusterWant: sar, guardRoles: []string{testNS}},
+		{name: "more writer namespaces", values: map[string]any{"webhook": map[string]any{"guardedNamespaces": []any{"team-a", testNS}}},
+			clusterWant: append(slices.Clone(sar), vwcRule), roleWant: secretRole, guardRoles: []string{testNS, "team-a"}},
+		{name: "every namespace: cluster-wide reads", values: map[string]any{"webhook": map[string]any{"guardedNamespaces": []any{"*"}}},
+			clusterWant: append(append(slices.Clone(sar), reads...), vwcRule), roleWant: secretRole},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -231,6 +237,28 @@ func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
 			crb := typed[rbacv1.ClusterRoleBinding](t, r.Find("ClusterRoleBinding", "ehdb-election-webhook"))
 			if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "ehdb-election-webhook", Namespace: testNS}}; !reflect.DeepEqual(crb.Subjects, want) {
 				t.Errorf("ClusterRoleBinding subjects = %+v, want %+v", crb.Subjects, want)
+			}
+			var guardNS []string
+			for _, o := range r.OfKind("Role") {
+				if o.GetName() != "ehdb-election-webhook-guard" {
+					continue
+				}
+				guardNS = append(guardNS, o.GetNamespace())
+				if got := typed[rbacv1.Role](t, o).Rules; !reflect.DeepEqual(got, reads) {
+					t.Errorf("guard Role in %s:\n got %+v\nwant %+v", o.GetNamespace(), got, reads)
+				}
+			}
+			if !slices.Equal(guardNS, tc.guardRoles) {
+				t.Errorf("guard Roles in %v, want %v", guardNS, tc.guardRoles)
+			}
+			var boundNS []string
+			for _, o := range r.OfKind("RoleBinding") {
+				if o.GetName() == "ehdb-election-webhook-guard" {
+					boundNS = append(boundNS, o.GetNamespace())
+				}
+			}
+			if !slices.Equal(boundNS, tc.guardRoles) {
+				t.Errorf("guard RoleBindings in %v, want %v", boundNS, tc.guardRoles)
 			}
 			role := r.Find("Role", "ehdb-election-webhook")
 			if tc.roleWant == nil {
@@ -370,6 +398,7 @@ func TestWebhookDeploymentFollowsTheContract(t *testing.T) {
 				"--metrics-bind-address=:8080",
 				"--health-probe-bind-address=:8081",
 				"--require-live-lease=true",
+				"--guarded-namespaces=" + testNS,
 				"--log-level=info",
 			}
 			if !reflect.DeepEqual(c.Args, wantArgs) {
@@ -547,10 +576,18 @@ func TestWebhookConfiguration(t *testing.T) {
 			if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != tc.injectCAFrom {
 				t.Errorf("inject-ca-from = %q, want %q", got, tc.injectCAFrom)
 			}
-			if len(vwc.Webhooks) != 2 {
-				t.Fatalf("%d webhook entries, want 2", len(vwc.Webhooks))
+			if len(vwc.Webhooks) != 3 {
+				t.Fatalf("%d webhook entries, want 3", len(vwc.Webhooks))
 			}
-			workloads, pods := vwc.Webhooks[0], vwc.Webhooks[1]
+			workloads, pods, configMaps := vwc.Webhooks[0], vwc.Webhooks[1], vwc.Webhooks[2]
+			wantCMRules := []admissionregistrationv1.RuleWithOperations{
+				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+			}
+			if configMaps.Name != "configmaps.ehdb-election.noetl.io" || !reflect.DeepEqual(configMaps.Rules, wantCMRules) || *configMaps.FailurePolicy != tc.workloads ||
+				len(configMaps.MatchConditions) != 1 || !reflect.DeepEqual(configMaps.NamespaceSelector, workloads.NamespaceSelector) {
+				t.Errorf("ConfigMap entry: %+v", configMaps)
+			}
 			wantWorkloadRules := []admissionregistrationv1.RuleWithOperations{
 				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},

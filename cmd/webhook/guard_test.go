@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/noetl/ehdb-election/internal/testcluster"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
@@ -144,13 +145,16 @@ func TestGuardAgainstTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	updateEnv := func(name, value string) error {
-		s, err := cs.AppsV1().StatefulSets(ns).Get(ctx, wt.WriterName, metav1.GetOptions{})
-		if err != nil {
+		// The StatefulSet controller writes the status meanwhile: retry on conflicts only.
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			s, err := cs.AppsV1().StatefulSets(ns).Get(ctx, wt.WriterName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			wt.SetEnv(name, value)(s)
+			_, err = cs.AppsV1().StatefulSets(ns).Update(ctx, s, metav1.UpdateOptions{})
 			return err
-		}
-		wt.SetEnv(name, value)(s)
-		_, err = cs.AppsV1().StatefulSets(ns).Update(ctx, s, metav1.UpdateOptions{})
-		return err
+		})
 	}
 	if err := updateEnv("NOETL_EHDB_ELECTION_LEASE_SECS", "20"); err != nil {
 		t.Fatalf("armed to armed update without a Lease: %v", err)

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,6 +45,9 @@ type options struct {
 	cacheAllowedTTL   time.Duration
 	watchLeases       bool
 	logLevel          string
+	guardedNamespaces []string
+	maxInFlight       int
+	maxShards         int
 
 	// Not flags. extraDNSNames are added to the rotated serving certificate (tests reach the
 	// webhook as localhost); shutdownTimeout bounds the graceful stop.
@@ -70,6 +74,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.BoolVar(&o.watchLeases, "watch-leases", true, "read Leases for the order check from a watch (needs list and watch on leases) instead of a GET per review; /readyz waits for its first sync")
 	fs.DurationVar(&o.cacheAllowedTTL, "cache-allowed-ttl", 10*time.Second, "keep positive answers (a ServiceAccount that exists, an access review that allowed) this long; refusals, Leases and ConfigMaps are never cached; 0 disables")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	guarded := fs.String("guarded-namespaces", "", "comma-separated namespaces the guard sees (its webhook configuration's namespaceSelector): its Lease and workload watches and reads are scoped to them; \"*\" means every namespace (and needs cluster-wide RBAC); default: --namespace")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", 32, "reviews one process works on at once; more wait for a slot until their deadline, then get HTTP 429 (the API server applies the failure policy)")
+	fs.IntVar(&o.maxShards, "max-shards", 128, "most shards one object may make the guard judge (a StatefulSet whose pods take the shard from the ordinal has one per replica); above it an armed object is refused")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -81,6 +88,20 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	if _, err := parseLevel(o.logLevel); err != nil {
 		return o, err
+	}
+	for _, n := range strings.Split(*guarded, ",") {
+		if n = strings.TrimSpace(n); n != "" && !slices.Contains(o.guardedNamespaces, n) {
+			o.guardedNamespaces = append(o.guardedNamespaces, n)
+		}
+	}
+	if len(o.guardedNamespaces) == 0 {
+		if o.namespace == "" {
+			return o, errors.New("--guarded-namespaces is empty and so is --namespace (or $POD_NAMESPACE)")
+		}
+		o.guardedNamespaces = []string{o.namespace}
+	}
+	if o.maxInFlight < 1 || o.maxShards < 1 {
+		return o, fmt.Errorf("--max-in-flight=%d and --max-shards=%d must be at least 1", o.maxInFlight, o.maxShards)
 	}
 	if o.certRotation {
 		var missing []string

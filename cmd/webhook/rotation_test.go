@@ -172,8 +172,6 @@ func webhookIdentity(t *testing.T, c *testcluster.Cluster, ns, secretName, vwcNa
 	tls := []string{"get", "list", "watch", "update", "patch"}
 	cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-webhook-" + ns}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
-		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, ResourceNames: []string{vwcName}, Verbs: tls},
 	}}
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, cr, metav1.CreateOptions{}); err != nil {
@@ -190,6 +188,11 @@ func webhookIdentity(t *testing.T, c *testcluster.Cluster, ns, secretName, vwcNa
 	})
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-webhook-tls", Namespace: ns}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{secretName}, Verbs: tls},
+		// The guard's reads, only in the namespace it guards (as the chart's per-namespace Role).
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"batch"}, Resources: []string{"cronjobs", "jobs"}, Verbs: []string{"list", "watch"}},
 	}}
 	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -15,10 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/noetl/ehdb-election/webhook"
 )
@@ -43,17 +40,6 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	}
 
 	certs := newCertLoader(filepath.Join(o.certDir, "tls.crt"), filepath.Join(o.certDir, "tls.key"), log.WithName("certs"))
-	server := ctrlwebhook.NewServer(ctrlwebhook.Options{
-		Host: o.webhookHost,
-		Port: o.webhookPort,
-		TLSOpts: []func(*tls.Config){func(c *tls.Config) {
-			c.MinVersion = tls.VersionTLS12
-			c.GetCertificate = certs.GetCertificate
-			// HTTP/1.1 only: the API server needs nothing more, and it keeps the HTTP/2
-			// stream-reset class of attacks off this port.
-			c.NextProtos = []string{"http/1.1"}
-		}},
-	})
 
 	// The manager's cache holds only this webhook's own Secret and webhook configuration, each
 	// selected by metadata.name, so the chart's RBAC can name them with resourceNames (a list or
@@ -74,7 +60,6 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:  o.probeAddr,
-		WebhookServer:           server,
 		GracefulShutdownTimeout: &timeout,
 	})
 	if err != nil {
@@ -99,27 +84,50 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		return fmt.Errorf("creating the API client: %w", err)
 	}
 	resolverOpts := []webhook.ResolverOption{webhook.CacheAllowedFor(o.cacheAllowedTTL, clock.RealClock{})}
+	// Watches scoped to the guarded namespaces: the Leases the order check reads (--watch-leases)
+	// and the workloads that may read a ConfigMap under review. /readyz follows their health.
+	w, err := newWatches(cs, o.guardedNamespaces, o.watchLeases, log.WithName("watches"))
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(w.run)); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("watches", w.ready); err != nil {
+		return err
+	}
 	if o.watchLeases {
-		leases, err := watchLeases(mgr, cs)
-		if err != nil {
-			return err
-		}
-		resolverOpts = append(resolverOpts, webhook.ReadLeasesFrom(leases))
+		resolverOpts = append(resolverOpts, webhook.ReadLeasesFrom(leaseLister{w}))
 	}
 	handler := &webhook.Handler{
-		Resolver: webhook.NewAPIResolver(cs, 0, resolverOpts...),
-		Policy:   webhook.Policy{RequireLiveLease: o.requireLiveLease},
-		Metrics:  metrics,
-		Log:      log.WithName("guard"),
+		Resolver:    webhook.NewAPIResolver(cs, 0, resolverOpts...),
+		Policy:      webhook.Policy{RequireLiveLease: o.requireLiveLease, MaxShards: o.maxShards},
+		Metrics:     metrics,
+		Log:         log.WithName("guard"),
+		Readers:     w.readers,
+		MaxInFlight: o.maxInFlight,
 	}
-	// GetWebhookServer (not the server variable) is what adds the server to the manager.
-	mgr.GetWebhookServer().Register(webhookPath, webhook.NewHTTPHandler(handler))
+	mux := http.NewServeMux()
+	mux.Handle(webhookPath, webhook.NewHTTPHandler(handler))
+	server := &admissionServer{
+		host: o.webhookHost, port: o.webhookPort, handler: mux, shutdownTimeout: timeout, log: log.WithName("server"),
+		tlsConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: certs.GetCertificate,
+			// HTTP/1.1 only: the API server needs nothing more, and it keeps the HTTP/2
+			// stream-reset class of attacks off this port.
+			NextProtos: []string{"http/1.1"},
+		},
+	}
+	if err := mgr.Add(server); err != nil {
+		return err
+	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 	// Ready only when a TLS handshake with the served certificate succeeds.
-	if err := mgr.AddReadyzCheck("tls", server.StartedChecker()); err != nil {
+	if err := mgr.AddReadyzCheck("tls", server.checkTLS); err != nil {
 		return err
 	}
 
@@ -161,7 +169,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	}
 
 	log.Info("starting", "webhookPort", o.webhookPort, "certDir", o.certDir, "certRotation", o.certRotation,
-		"namespace", o.namespace, "requireLiveLease", o.requireLiveLease, "cacheAllowedTTL", o.cacheAllowedTTL, "watchLeases", o.watchLeases, "metrics", o.metricsAddr, "probes", o.probeAddr)
+		"namespace", o.namespace, "guardedNamespaces", o.guardedNamespaces, "maxInFlight", o.maxInFlight, "maxShards", o.maxShards, "requireLiveLease", o.requireLiveLease, "cacheAllowedTTL", o.cacheAllowedTTL, "watchLeases", o.watchLeases, "metrics", o.metricsAddr, "probes", o.probeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}
@@ -176,33 +184,3 @@ type configOverride struct {
 }
 
 func (m *configOverride) GetConfig() *rest.Config { return m.cfg }
-
-// watchLeases runs an informer over every namespace's Leases for the life of the manager and
-// returns its lister. /readyz stays false until the first list has arrived: before that, every
-// lookup would fall back to a GET, which is correct but not what a ready replica should cost.
-func watchLeases(mgr manager.Manager, cs kubernetes.Interface) (coordinationlisters.LeaseLister, error) {
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	leases := factory.Coordination().V1().Leases()
-	inf := leases.Informer()
-	// The order check reads spec only; managed fields are most of a Lease's bytes.
-	if err := inf.SetTransform(cache.TransformStripManagedFields()); err != nil {
-		return nil, err
-	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		factory.Start(ctx.Done())
-		<-ctx.Done()
-		factory.Shutdown()
-		return nil
-	})); err != nil {
-		return nil, err
-	}
-	if err := mgr.AddReadyzCheck("leases-synced", func(*http.Request) error {
-		if !inf.HasSynced() {
-			return errors.New("the Lease watch has not synced yet")
-		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return leases.Lister(), nil
-}

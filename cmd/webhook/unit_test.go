@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,7 +44,24 @@ func TestFlagsMatchTheContract(t *testing.T) {
 		o.probeAddr != ":2" || o.requireLiveLease || o.cacheAllowedTTL != 0 || o.watchLeases || o.logLevel != "debug" {
 		t.Fatalf("parsed %+v", o)
 	}
+	// The guard's scope: its own namespace by default, a list, or every namespace.
+	for args, want := range map[string][]string{
+		"":                      {"ehdb-system"},
+		"team-a, team-b,team-a": {"team-a", "team-b"},
+		"*":                     {"*"},
+	} {
+		o, err := parseFlags([]string{"--guarded-namespaces=" + args}, func(k string) string { return map[string]string{"POD_NAMESPACE": "ehdb-system"}[k] }, io.Discard)
+		if err != nil || !slices.Equal(o.guardedNamespaces, want) || o.maxInFlight != 32 || o.maxShards != 128 {
+			t.Errorf("--guarded-namespaces=%q: %v %v (in flight %d, shards %d), want %v", args, o.guardedNamespaces, err, o.maxInFlight, o.maxShards, want)
+		}
+	}
+	if got := guardedScopes([]string{"a", "*"}); !slices.Equal(got, []string{""}) {
+		t.Errorf("guardedScopes with * = %q, want one cluster-wide scope", got)
+	}
 	for _, bad := range [][]string{
+		{"--cert-rotation=false"}, // no namespace, so nothing guarded
+		{"--namespace=n", "--max-in-flight=0"},
+		{"--namespace=n", "--max-shards=0"},
 		{"--cert-rotation=true"}, // no namespace
 		{"--namespace=n", "--log-level=loud"},
 		{"--namespace=n", "--webhook-port=0"},

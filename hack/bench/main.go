@@ -47,7 +47,8 @@ type options struct {
 	rounds      int // the admission requests are sent in this many rounds through all configurations
 }
 
-var sections = []string{"micro", "admission", "failover", "scale"}
+// sections: "budget" is the admission section's worst-review part alone.
+var sections = []string{"micro", "admission", "budget", "failover", "scale"}
 
 func defaultOptions(quick bool) options {
 	if quick {
@@ -114,12 +115,12 @@ func run(ctx context.Context, opts options, stdout io.Writer) (err error) {
 		b.step("micro-benchmarks")
 		rep.Micro = measureMicro(ctx, root, opts.benchtime)
 	}
-	if opts.runs("admission") || opts.runs("failover") || opts.runs("scale") {
+	if opts.runs("admission") || opts.runs("budget") || opts.runs("failover") || opts.runs("scale") {
 		if err := b.startCluster(ctx, &m); err != nil {
 			return fmt.Errorf("setting up the local control plane (logs in %s): %w", b.dir, err)
 		}
 	}
-	if opts.runs("admission") && ctx.Err() == nil {
+	if (opts.runs("admission") || opts.runs("budget")) && ctx.Err() == nil {
 		r, err := b.measureAdmission(ctx)
 		rep.Admission, rep.AdmissionErr = &r, err
 	}

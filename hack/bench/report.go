@@ -62,6 +62,9 @@ func render(r *report) string {
 	if r.Opts.runs("admission") {
 		renderAdmission(p, r.Admission, r.AdmissionErr)
 	}
+	if r.Admission != nil && (r.Opts.runs("admission") || r.Opts.runs("budget")) {
+		renderBudget(p, r.Admission.Budget, r.Admission.BudgetErr)
+	}
 	return s.String()
 }
 

@@ -32,7 +32,9 @@ type Webhook struct {
 // in ns, so its RBAC is exactly the chart's, and points every entry of the chart's webhook
 // configuration at it with a fresh CA. In a cluster the same configuration points at the chart's
 // Service and the webhook manages its own certificate; there is no kubelet here to run its Pods.
-func StartWebhook(ctx context.Context, c *testcluster.Cluster, bin, ns, rel, dir string) (*Webhook, error) {
+// extraArgs are added to the command line (e.g. --guarded-namespaces, as the chart's Deployment
+// passes it).
+func StartWebhook(ctx context.Context, c *testcluster.Cluster, bin, ns, rel, dir string, extraArgs ...string) (*Webhook, error) {
 	cs := c.Clientset()
 	vwcs, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rel})
 	if err != nil {
@@ -71,16 +73,16 @@ func StartWebhook(ctx context.Context, c *testcluster.Cluster, bin, ns, rel, dir
 		LogPath:    logFile.Name(),
 		done:       make(chan struct{}),
 	}
-	w.cmd = exec.Command(bin,
-		"--kubeconfig="+kubeconfig,
-		"--namespace="+ns,
+	w.cmd = exec.Command(bin, append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--namespace=" + ns,
 		"--webhook-host=127.0.0.1",
 		fmt.Sprintf("--webhook-port=%d", ports[0]),
-		"--cert-dir="+certDir,
+		"--cert-dir=" + certDir,
 		"--cert-rotation=false",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[2]),
-	)
+	}, extraArgs...)...)
 	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := w.cmd.Start(); err != nil {
@@ -165,3 +167,6 @@ func LoopbackCert(certDir string) ([]byte, error) {
 	}
 	return certPEM, nil
 }
+
+// PID is the webhook process's id (for reading its memory from /proc).
+func (w *Webhook) PID() int { return w.cmd.Process.Pid }

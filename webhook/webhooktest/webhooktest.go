@@ -121,15 +121,29 @@ type Resolver struct {
 	ConfigMaps      map[string]map[string]string // present ConfigMaps' data
 	ConfigMapErr    map[string]error
 	ServiceAccounts map[string]map[string]string // present ServiceAccounts' annotations
-	SAErr           error
-	// Allowed lists granted access; AccessErr fails every access check.
-	Allowed   map[webhook.AccessCheck]bool
-	AccessErr error
-	Leases    map[types.NamespacedName]coordinationv1.LeaseSpec
-	LeaseErr  error
+	// NoAutomount lists ServiceAccounts with automountServiceAccountToken: false.
+	NoAutomount map[string]bool
+	SAErr       error
+	// Allowed lists granted access (a grant without a Lease name covers every name); AccessErr
+	// fails every access check; EvaluationError is put on every refusal.
+	Allowed         map[webhook.AccessCheck]bool
+	AccessErr       error
+	EvaluationError string
+	Leases          map[types.NamespacedName]coordinationv1.LeaseSpec
+	LeaseErr        error
 
 	mu      sync.Mutex
 	Queries []webhook.Query
+}
+
+// GrantNamed allows the ServiceAccount ns/name the verbs on the Lease lease in leaseNS only.
+func (r *Resolver) GrantNamed(ns, name, leaseNS, lease string, verbs ...string) {
+	if r.Allowed == nil {
+		r.Allowed = map[webhook.AccessCheck]bool{}
+	}
+	for _, v := range verbs {
+		r.Allowed[webhook.AccessCheck{ServiceAccount: types.NamespacedName{Namespace: ns, Name: name}, Namespace: leaseNS, Verb: v, Name: lease}] = true
+	}
 }
 
 // Grant allows the ServiceAccount ns/name the verbs on leases in leaseNS.
@@ -174,7 +188,11 @@ func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
 		case r.SAErr != nil:
 			f.ServiceAccounts[name] = webhook.ServiceAccountFact{Err: r.SAErr}
 		case ok:
-			f.ServiceAccounts[name] = webhook.ServiceAccountFact{Annotations: ann}
+			fact := webhook.ServiceAccountFact{Annotations: ann}
+			if r.NoAutomount[name] {
+				fact.AutomountToken = ptr.To(false)
+			}
+			f.ServiceAccounts[name] = fact
 		default:
 			f.ServiceAccounts[name] = webhook.ServiceAccountFact{NotFound: true}
 		}
@@ -184,7 +202,13 @@ func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
 			f.Access[c] = webhook.AccessFact{Err: r.AccessErr}
 			continue
 		}
-		f.Access[c] = webhook.AccessFact{Allowed: r.Allowed[c]}
+		wide := c
+		wide.Name = ""
+		if r.Allowed[c] || r.Allowed[wide] {
+			f.Access[c] = webhook.AccessFact{Allowed: true}
+		} else {
+			f.Access[c] = webhook.AccessFact{EvaluationError: r.EvaluationError}
+		}
 	}
 	for _, k := range q.Leases {
 		switch spec, ok := r.Leases[k]; {

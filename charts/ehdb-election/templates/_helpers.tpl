@@ -281,6 +281,32 @@ webhooks:
       - name: pod-may-arm-fencing
         expression: >-
           has(object.spec) && {{ include "ehdb-election.cel.podSpecMayArm" "object.spec" }}
+  # ConfigMaps whose data may arm a writer that reads them (any value containing "enforce", in any
+  # case): the webhook judges each guarded workload that reads the ConfigMap as if the workload
+  # itself were armed by the change. Workloads' failure policy: arming must not slip past a guard that is down.
+  - name: configmaps.ehdb-election.noetl.io
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+    failurePolicy: {{ .Values.webhook.failurePolicy.workloads }}
+    matchPolicy: Equivalent
+    clientConfig:
+      service:
+        name: {{ include "ehdb-election.webhook.serviceName" . }}
+        namespace: {{ .Release.Namespace }}
+        path: /validate
+        port: {{ .Values.webhook.service.port }}
+    rules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["configmaps"]
+        scope: Namespaced
+    {{- include "ehdb-election.webhook.selectors" . | nindent 4 }}
+    matchConditions:
+      - name: data-may-arm-fencing
+        expression: >-
+          has(object.data) && object.data.exists(k, object.data[k].lowerAscii().contains('enforce'))
 {{- end }}
 {{- end }}
 

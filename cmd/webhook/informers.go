@@ -1,0 +1,356 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/noetl/ehdb-election/webhook"
+)
+
+// watchHealth follows one informer's list and watch calls: broken from the moment one fails until
+// one succeeds again. A reflector whose watch breaks retries with backoff; until a call gets
+// through, the cache it feeds trails the cluster by an unknown amount, so the replica is not ready.
+type watchHealth struct {
+	mu      sync.Mutex
+	what    string
+	okAt    time.Time
+	errAt   time.Time
+	lastErr error
+	callAt  time.Time // a list or watch call in progress since
+}
+
+// stuckAfter is how long a list or watch call may go unanswered before the watch counts as
+// broken: client-go retries a call whose connection fails inside the call, so a partition from the
+// API server shows as a call that does not return rather than as an error.
+const stuckAfter = 10 * time.Second
+
+// calling notes a list or watch call starting; note its end.
+func (h *watchHealth) calling() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.callAt = time.Now()
+}
+
+func (h *watchHealth) note(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	h.callAt = time.Time{}
+	if err == nil {
+		h.okAt = now
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return // shutting down
+	}
+	h.errAt, h.lastErr = now, err
+}
+
+func (h *watchHealth) check() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.errAt.IsZero() && !h.okAt.After(h.errAt) {
+		return fmt.Errorf("the %s watch is broken since %s: %v", h.what, h.errAt.UTC().Format(time.RFC3339), h.lastErr)
+	}
+	if !h.callAt.IsZero() && time.Since(h.callAt) > stuckAfter {
+		return fmt.Errorf("the %s watch is broken: the API server has not answered its list or watch since %s", h.what, h.callAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// confirmAfter is how long a watch must stay open (or deliver an event) to count as working.
+// client-go answers a watch whose connection keeps failing with an empty watch and no error, and
+// that one closes at once.
+const confirmAfter = time.Second
+
+// observedWatch forwards a watch's events and reports its health: working once it delivers an
+// event or stays open for confirmAfter, broken when it ends before that.
+type observedWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func observe(w watch.Interface, h *watchHealth) watch.Interface {
+	o := &observedWatch{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(o.out)
+		timer := time.NewTimer(confirmAfter)
+		defer timer.Stop()
+		confirmed := false
+		confirm := func() {
+			if !confirmed {
+				confirmed = true
+				h.note(nil)
+			}
+		}
+		in := w.ResultChan()
+		for {
+			select {
+			case ev, ok := <-in:
+				if !ok {
+					if !confirmed {
+						h.note(errors.New("the watch ended as soon as it began (is the API server reachable?)"))
+					}
+					return
+				}
+				confirm()
+				select {
+				case o.out <- ev:
+				case <-o.stop:
+					return
+				}
+			case <-timer.C:
+				confirm()
+			case <-o.stop:
+				return
+			}
+		}
+	}()
+	return o
+}
+
+func (o *observedWatch) Stop() {
+	o.once.Do(func() { close(o.stop); o.inner.Stop() })
+}
+
+func (o *observedWatch) ResultChan() <-chan watch.Event { return o.out }
+
+// watched is one informer: its kind in one namespace ("" for all).
+type watched struct {
+	informer toolscache.SharedIndexInformer
+	health   *watchHealth
+}
+
+// kindClient lists and watches one kind in one namespace.
+type kindClient struct {
+	name  string
+	obj   runtime.Object
+	list  func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error)
+	watch func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error)
+}
+
+func leaseClient(cs kubernetes.Interface) kindClient {
+	return kindClient{"leases", &coordinationv1.Lease{},
+		func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+			return cs.CoordinationV1().Leases(ns).List(ctx, o)
+		},
+		func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoordinationV1().Leases(ns).Watch(ctx, o)
+		}}
+}
+
+// readerClients are the workload kinds whose pod templates may read a ConfigMap (webhook.ReaderKinds).
+func readerClients(cs kubernetes.Interface) []kindClient {
+	return []kindClient{
+		{"statefulsets", &appsv1.StatefulSet{},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+				return cs.AppsV1().StatefulSets(ns).List(ctx, o)
+			},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.AppsV1().StatefulSets(ns).Watch(ctx, o)
+			}},
+		{"deployments", &appsv1.Deployment{},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+				return cs.AppsV1().Deployments(ns).List(ctx, o)
+			},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.AppsV1().Deployments(ns).Watch(ctx, o)
+			}},
+		{"daemonsets", &appsv1.DaemonSet{},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+				return cs.AppsV1().DaemonSets(ns).List(ctx, o)
+			},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.AppsV1().DaemonSets(ns).Watch(ctx, o)
+			}},
+		{"cronjobs", &batchv1.CronJob{},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+				return cs.BatchV1().CronJobs(ns).List(ctx, o)
+			},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.BatchV1().CronJobs(ns).Watch(ctx, o)
+			}},
+		{"jobs", &batchv1.Job{},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+				return cs.BatchV1().Jobs(ns).List(ctx, o)
+			},
+			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+				return cs.BatchV1().Jobs(ns).Watch(ctx, o)
+			}},
+	}
+}
+
+// newWatched builds an informer of k in ns whose every list and watch call reports to its health.
+func newWatched(k kindClient, ns string, indexers toolscache.Indexers, transform toolscache.TransformFunc, log logr.Logger) (*watched, error) {
+	what := k.name
+	if ns != "" {
+		what += " in " + ns
+	}
+	h := &watchHealth{what: what}
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			h.calling()
+			obj, err := k.list(ctx, ns, o)
+			h.note(err)
+			return obj, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			h.calling()
+			w, err := k.watch(ctx, ns, o)
+			if err != nil {
+				h.note(err)
+				return nil, err
+			}
+			return observe(w, h), nil
+		},
+	}
+	inf := toolscache.NewSharedIndexInformerWithOptions(lw, k.obj, toolscache.SharedIndexInformerOptions{Indexers: indexers, ObjectDescription: what})
+	if err := inf.SetTransform(transform); err != nil {
+		return nil, err
+	}
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *toolscache.Reflector, err error) {
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			return // a normal relist
+		}
+		h.note(err)
+		log.Info("watch failed; retrying", "what", what, "error", err.Error())
+	}); err != nil {
+		return nil, err
+	}
+	return &watched{informer: inf, health: h}, nil
+}
+
+// guardedScopes is where informers run: each guarded namespace, or "" (all) for ["*"].
+func guardedScopes(namespaces []string) []string {
+	for _, n := range namespaces {
+		if n == "*" {
+			return []string{""}
+		}
+	}
+	return namespaces
+}
+
+// watches are the webhook's informers: Leases (the order check) and the workloads that may read a
+// ConfigMap (ConfigMap reviews), each in every guarded namespace.
+type watches struct {
+	all     []*watched
+	leases  map[string]*watched
+	readers webhook.IndexReaders
+}
+
+func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, log logr.Logger) (*watches, error) {
+	w := &watches{leases: map[string]*watched{}}
+	for _, ns := range guardedScopes(namespaces) {
+		if withLeases {
+			l, err := newWatched(leaseClient(cs), ns, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}, cache.TransformStripManagedFields(), log)
+			if err != nil {
+				return nil, err
+			}
+			w.leases[ns] = l
+			w.all = append(w.all, l)
+		}
+		for _, k := range readerClients(cs) {
+			r, err := newWatched(k, ns, toolscache.Indexers{webhook.ConfigMapIndex: webhook.IndexByConfigMap}, webhook.StripForReaders, log)
+			if err != nil {
+				return nil, err
+			}
+			w.readers = append(w.readers, r.informer.GetIndexer())
+			w.all = append(w.all, r)
+		}
+	}
+	return w, nil
+}
+
+// run starts every informer and stops them when ctx is done.
+func (w *watches) run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, x := range w.all {
+		wg.Add(1)
+		go func() { defer wg.Done(); x.informer.RunWithContext(ctx) }()
+	}
+	wg.Wait()
+	return nil
+}
+
+// ready is the readiness check: every informer has synced and none has a broken list or watch.
+func (w *watches) ready(*http.Request) error {
+	var problems []string
+	for _, x := range w.all {
+		if !x.informer.HasSynced() {
+			problems = append(problems, "the "+x.health.what+" watch has not synced yet")
+			continue
+		}
+		if err := x.health.check(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// leaseLister answers the resolver's Lease reads from the namespace's informer. A namespace not
+// watched answers NotFound, which makes the resolver fall back to a GET.
+type leaseLister struct{ w *watches }
+
+var _ coordinationlisters.LeaseLister = leaseLister{}
+
+func (l leaseLister) of(ns string) coordinationlisters.LeaseLister {
+	if x, ok := l.w.leases[ns]; ok {
+		return coordinationlisters.NewLeaseLister(x.informer.GetIndexer())
+	}
+	if x, ok := l.w.leases[""]; ok {
+		return coordinationlisters.NewLeaseLister(x.informer.GetIndexer())
+	}
+	return nil
+}
+
+func (l leaseLister) List(sel labels.Selector) ([]*coordinationv1.Lease, error) {
+	var out []*coordinationv1.Lease
+	for _, x := range l.w.leases {
+		got, err := coordinationlisters.NewLeaseLister(x.informer.GetIndexer()).List(sel)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+func (l leaseLister) Leases(ns string) coordinationlisters.LeaseNamespaceLister {
+	if ll := l.of(ns); ll != nil {
+		return ll.Leases(ns)
+	}
+	return notWatched{}
+}
+
+type notWatched struct{}
+
+func (notWatched) List(labels.Selector) ([]*coordinationv1.Lease, error) { return nil, nil }
+func (notWatched) Get(name string) (*coordinationv1.Lease, error) {
+	return nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), name)
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Timeouts of the admission server. The API server sends one review per request and waits at most
+// its webhook timeout (the chart's is 5 s, at most 30 s) for the answer; nothing legitimate needs
+// longer, and a client that trickles its headers or body, or never reads the answer, must not hold
+// a connection (and the memory behind it) past them.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second // headers and a body of up to 7 MiB
+	writeTimeout      = 35 * time.Second // from the end of the headers to the end of the answer
+	idleTimeout       = 90 * time.Second // keep-alive between reviews
+	maxHeaderBytes    = 64 << 10
+)
+
+// admissionServer serves the guard over TLS with read, write and idle timeouts (the
+// controller-runtime webhook server sets none but the header one). It is a manager Runnable.
+type admissionServer struct {
+	host            string
+	port            int
+	handler         http.Handler
+	tlsConfig       *tls.Config
+	shutdownTimeout time.Duration
+	log             logr.Logger
+	started         atomic.Bool
+}
+
+func (s *admissionServer) addr() string { return net.JoinHostPort(s.host, strconv.Itoa(s.port)) }
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every replica serves.
+func (s *admissionServer) NeedLeaderElection() bool { return false }
+
+// Start serves until ctx is done, then drains in-flight reviews for up to shutdownTimeout.
+func (s *admissionServer) Start(ctx context.Context) error {
+	ln, err := tls.Listen("tcp", s.addr(), s.tlsConfig)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.addr(), err)
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// TLS handshake errors and the like, through the process's structured logger.
+		ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			s.log.Error(err, "stopping the admission server")
+		}
+	}()
+	s.log.Info("serving admission reviews", "addr", s.addr(), "readTimeout", readTimeout, "writeTimeout", writeTimeout, "idleTimeout", idleTimeout)
+	s.started.Store(true)
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	<-done
+	return nil
+}
+
+// checkTLS is a readiness check: a TLS handshake with the served certificate succeeds.
+func (s *admissionServer) checkTLS(*http.Request) error {
+	if !s.started.Load() {
+		return errors.New("the admission server has not started")
+	}
+	host := s.host
+	if host == "" {
+		host = "localhost"
+	}
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", net.JoinHostPort(host, strconv.Itoa(s.port)), &tls.Config{InsecureSkipVerify: true}) // #nosec G402 -- only proves a certificate is served
+	if err != nil {
+		return fmt.Errorf("TLS handshake with the admission server: %w", err)
+	}
+	return conn.Close()
+}

@@ -1,0 +1,102 @@
+package webhook
+
+import (
+	"fmt"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ConfigMapReaders tells which guarded workloads read a ConfigMap into their environment. The
+// guard asks it when a ConfigMap is created or updated with a value that may arm a reader, so
+// that arming by editing a ConfigMap gets the same checks as arming by editing the workload.
+// Implementations answer from a watch-fed cache: never a list per review.
+type ConfigMapReaders interface {
+	ReadersOf(namespace, configMap string) ([]*Workload, error)
+}
+
+// ConfigMapIndex is the name of the informer index IndexByConfigMap computes.
+const ConfigMapIndex = "ehdb-election/configmaps"
+
+// IndexByConfigMap is a cache.IndexFunc over judged workloads: "<namespace>/<name>" of every
+// ConfigMap their pod template's containers read with envFrom or configMapKeyRef.
+func IndexByConfigMap(obj any) ([]string, error) {
+	o, ok := obj.(runtime.Object)
+	if !ok {
+		return nil, nil
+	}
+	w, err := WorkloadOf(o, "")
+	if err != nil {
+		return nil, nil // not a judged kind: not indexed
+	}
+	var keys []string
+	for _, c := range w.Containers() {
+		for _, name := range referencedConfigMaps(c) {
+			keys = appendNew(keys, w.Namespace+"/"+name)
+		}
+	}
+	return keys, nil
+}
+
+// IndexReaders answers ReadersOf from informer indexers that carry IndexByConfigMap (one per
+// kind and namespace watched).
+type IndexReaders []cache.Indexer
+
+// ReadersOf implements ConfigMapReaders: the readers sorted by kind and name.
+func (r IndexReaders) ReadersOf(namespace, configMap string) ([]*Workload, error) {
+	var out []*Workload
+	for _, idx := range r {
+		objs, err := idx.ByIndex(ConfigMapIndex, namespace+"/"+configMap)
+		if err != nil {
+			return nil, fmt.Errorf("reading the %s index: %w", ConfigMapIndex, err)
+		}
+		for _, o := range objs {
+			ro, ok := o.(runtime.Object)
+			if !ok {
+				continue
+			}
+			w, err := WorkloadOf(ro, namespace)
+			if err != nil {
+				continue
+			}
+			out = append(out, w)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Kind != out[j].Kind {
+			return out[i].Kind < out[j].Kind
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// ReaderKinds are the workload kinds whose readers the guard watches: every kind that owns a pod
+// template and is not itself (normally) made from another one's.
+var ReaderKinds = []runtime.Object{&appsv1.StatefulSet{}, &appsv1.Deployment{}, &appsv1.DaemonSet{}, &batchv1.CronJob{}, &batchv1.Job{}}
+
+// StripForReaders is an informer transform that keeps only what judging a reader needs (metadata
+// without managed fields, the pod template, replicas and ordinals), so a cache of every workload
+// in the guarded namespaces stays small.
+func StripForReaders(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *appsv1.StatefulSet:
+		o.ManagedFields, o.Status = nil, appsv1.StatefulSetStatus{}
+		o.Spec.VolumeClaimTemplates = nil
+	case *appsv1.Deployment:
+		o.ManagedFields, o.Status = nil, appsv1.DeploymentStatus{}
+	case *appsv1.DaemonSet:
+		o.ManagedFields, o.Status = nil, appsv1.DaemonSetStatus{}
+	case *batchv1.CronJob:
+		o.ManagedFields, o.Status = nil, batchv1.CronJobStatus{}
+	case *batchv1.Job:
+		o.ManagedFields, o.Status = nil, batchv1.JobStatus{}
+	case *corev1.Pod:
+		o.ManagedFields, o.Status = nil, corev1.PodStatus{}
+	}
+	return obj, nil
+}

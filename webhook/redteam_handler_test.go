@@ -1,0 +1,166 @@
+package webhook_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
+)
+
+// panicky panics on every lookup.
+type panicky struct{}
+
+func (panicky) Resolve(context.Context, webhook.Query) *webhook.Facts { panic("resolver bug") }
+
+// blocking holds every lookup until released (or the lookup's deadline).
+type blocking struct {
+	release chan struct{}
+	mu      sync.Mutex
+	entered int
+}
+
+func (b *blocking) Resolve(ctx context.Context, q webhook.Query) *webhook.Facts {
+	b.mu.Lock()
+	b.entered++
+	b.mu.Unlock()
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return webhook.NewFacts(time.Time{})
+}
+
+func (b *blocking) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.entered
+}
+
+func TestHandlerRecoversPanics(t *testing.T) {
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: panicky{}, Policy: webhook.Policy{RequireLiveLease: true}}))
+	t.Cleanup(srv.Close)
+
+	code, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, stsKind, sts(compliant()...), nil))
+	if code != 200 || out.Response == nil || out.Response.Allowed || out.Response.Result.Code != 500 || !strings.Contains(out.Response.Result.Message, "internal error") {
+		t.Fatalf("a workload whose judging panics: %d %s; want a refusal with code 500", code, raw)
+	}
+	p := pod(sts(compliant()...), "noetl-cmdbus-writer-0")
+	code, out, raw = post(t, srv.URL, "application/json", review(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, p, nil))
+	if code != 200 || out.Response == nil || !out.Response.Allowed || len(out.Response.Warnings) != 1 || !strings.Contains(out.Response.Warnings[0], "fail open") {
+		t.Fatalf("a Pod whose judging panics: %d %s; want admitted with a warning", code, raw)
+	}
+}
+
+// TestHandlerBoundsReviewsInFlight: with every lookup stuck, no more than MaxInFlight reviews are
+// worked on; the rest are answered 429 by their deadline instead of piling up.
+func TestHandlerBoundsReviewsInFlight(t *testing.T) {
+	b := &blocking{release: make(chan struct{})}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: b, Policy: webhook.Policy{RequireLiveLease: true}, MaxInFlight: 4, LookupTimeout: 2 * time.Second}))
+	t.Cleanup(srv.Close)
+	body := review(t, admissionv1.Create, stsKind, sts(compliant()...), nil)
+	send := func(timeout string) int {
+		resp, err := http.Post(srv.URL+"?timeout="+timeout, "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var holders sync.WaitGroup
+	for range 4 {
+		holders.Add(1)
+		go func() { defer holders.Done(); send("10s") }()
+	}
+	for deadline := time.Now().Add(5 * time.Second); b.count() < 4 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 8)
+	for i := range codes {
+		wg.Add(1)
+		go func() { defer wg.Done(); codes[i] = send("200ms") }()
+	}
+	wg.Wait()
+	entered := b.count()
+	close(b.release)
+	holders.Wait()
+	for _, c := range codes {
+		if c != http.StatusTooManyRequests {
+			t.Fatalf("with 4 reviews stuck in lookups, more arrived: codes %v (lookups entered %d); want every one answered 429", codes, entered)
+		}
+	}
+	if entered != 4 {
+		t.Fatalf("lookups entered %d, want 4 (MaxInFlight)", entered)
+	}
+}
+
+// fakeReaders is a ConfigMapReaders over an indexer, as the webhook's informers fill it.
+func fakeReaders(t *testing.T, objs ...any) webhook.ConfigMapReaders {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{webhook.ConfigMapIndex: webhook.IndexByConfigMap})
+	for _, o := range objs {
+		if err := idx.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return webhook.IndexReaders{idx}
+}
+
+func TestHandlerJudgesConfigMapsByTheirReaders(t *testing.T) {
+	reader := sts(append(compliant(), envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false)))...)
+	other := sts(compliant()...)
+	other.Name = "unrelated"
+	cluster := goodCluster()
+	clear(cluster.Leases)
+	h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Readers: fakeReaders(t, reader, other)}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+	t.Cleanup(srv.Close)
+	cmKind := metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	cm := func(v string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: ns},
+			Data: map[string]string{"fencing": v}}
+	}
+	send := func(op admissionv1.Operation, obj, old *corev1.ConfigMap) *admissionv1.AdmissionResponse {
+		t.Helper()
+		body := review(t, op, cmKind, obj, nil)
+		if old != nil {
+			body = review(t, op, cmKind, obj, old)
+		}
+		body = []byte(strings.Replace(string(body), `"name":"`+wt.WriterName+`"`, `"name":"flags"`, 1))
+		_, out, raw := post(t, srv.URL, "application/json", body)
+		if out.Response == nil {
+			t.Fatalf("no response: %s", raw)
+		}
+		return out.Response
+	}
+	if r := send(admissionv1.Update, cm("enforce"), cm("shadow")); r.Allowed || !strings.Contains(r.Result.Message, "through ConfigMap noetl/flags") ||
+		!strings.Contains(r.Result.Message, "ehdb-shard-00000000 (shard 0) does not exist") {
+		t.Fatalf("shadow -> enforce with no Lease: %+v", r)
+	}
+	if r := send(admissionv1.Create, cm("enforce"), nil); r.Allowed {
+		t.Fatalf("created with enforce, no Lease: admitted")
+	}
+	if r := send(admissionv1.Update, cm("shadow"), cm("enforce")); !r.Allowed {
+		t.Fatalf("disarming refused: %+v", r.Result)
+	}
+	cluster.Leases[lease(ns, 0)] = wt.LiveLease(ns, 0, now.Add(-time.Second), 1).Spec
+	h.Clock = nil
+	cluster.Leases[lease(ns, 0)] = wt.LiveLease(ns, 0, time.Now(), 1).Spec
+	if r := send(admissionv1.Update, cm("enforce"), cm("shadow")); !r.Allowed {
+		t.Fatalf("shadow -> enforce with the Lease live: %+v", r.Result)
+	}
+	_ = appsv1.StatefulSet{}
+}

@@ -9,7 +9,8 @@
 //
 // written on every successful acquisition and renewal (from = when the acquisition's answer
 // arrived, until = the write's send time + the lease duration) and on loss or release (until = the
-// instant the token was dropped). The last line per (identity, epoch) is the interval.
+// instant the token was dropped). The last line per (identity, epoch) is the interval. The instants
+// are the machine's, also when --clock-offset/--clock-rate run the election on a skewed clock.
 package main
 
 import (
@@ -34,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 
 	"github.com/noetl/ehdb-election/election"
 )
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; empty means the in-cluster configuration")
 	metricsAddr := fs.String("metrics-addr", ":9090", "address to serve /metrics and /healthz on")
 	intervalsFile := fs.String("intervals-file", "", "append one JSON line per token validity change to this file")
+	clockOffset := fs.Duration("clock-offset", 0, "test workload: run the election on a clock this far off the machine's (e.g. -2m)")
+	clockRate := fs.Float64("clock-rate", 1, "test workload: run the election on a clock ticking this many times as fast as the machine's (e.g. 1.004)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -81,6 +85,16 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := election.Options{Identity: election.NewIdentity(hostname), Registerer: reg, Logger: log}
+	toReal := func(t time.Time) time.Time { return t }
+	if *clockOffset != 0 || *clockRate != 1 {
+		c, err := newSkewedClock(clock.RealClock{}, *clockOffset, *clockRate)
+		if err != nil {
+			fmt.Fprintf(stderr, "ehdb-writer: --clock-rate: %v\n", err)
+			return 2
+		}
+		opts.Clock, toReal = c, c.Real
+		log.Info("the election runs on a skewed clock", "offset", clockOffset.String(), "rate", *clockRate)
+	}
 
 	if *intervalsFile != "" {
 		f, err := os.OpenFile(*intervalsFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
@@ -89,7 +103,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 			return 1
 		}
 		defer f.Close()
-		rec := &intervals{w: f, identity: opts.Identity, log: log}
+		rec := &intervals{w: f, identity: opts.Identity, log: log, toReal: toReal}
 		opts.OnEvent = rec.record
 	}
 
@@ -197,6 +211,9 @@ type intervals struct {
 	identity string
 	log      *slog.Logger
 	failed   bool
+	// toReal maps the election's clock to the machine's: the file states real instants, which
+	// compare across writers whatever clock each election runs on. nil means the same clock.
+	toReal func(time.Time) time.Time
 }
 
 type intervalLine struct {
@@ -212,11 +229,15 @@ func (r *intervals) record(ev election.Event) {
 	default:
 		return
 	}
+	from, until := ev.From, ev.Until
+	if r.toReal != nil && !from.IsZero() {
+		from, until = r.toReal(from), r.toReal(until)
+	}
 	b, err := json.Marshal(intervalLine{
 		Identity: r.identity,
 		Epoch:    ev.Epoch,
-		From:     ev.From.UTC().Format(time.RFC3339Nano),
-		Until:    ev.Until.UTC().Format(time.RFC3339Nano),
+		From:     from.UTC().Format(time.RFC3339Nano),
+		Until:    until.UTC().Format(time.RFC3339Nano),
 	})
 	if err != nil {
 		return

@@ -94,12 +94,10 @@ func StartWriter(s WriterSpec) (*Writer, error) {
 	for {
 		_, err := w.Scrape()
 		if err == nil {
-			// The start-up line precedes serving /metrics.
-			if w.Identity, err = startupIdentity(w.LogPath); err != nil {
-				w.Kill()
-				return nil, err
+			// The start-up line is written as /metrics starts serving, not necessarily before.
+			if w.Identity, err = startupIdentity(w.LogPath); err == nil {
+				return w, nil
 			}
-			return w, nil
 		}
 		if w.Exited() || time.Now().After(deadline) {
 			w.Kill()

@@ -3,7 +3,9 @@
 // logs each outcome change as JSON, and releases its Lease on SIGTERM or SIGINT. It is the demo and
 // end-to-end workload; with --kubeconfig it runs outside a cluster against any API server.
 //
-// With --intervals-file it appends one JSON line per validity change, for a safety checker:
+// With --intervals-file it appends one JSON line per validity change, for a safety checker (with
+// --intervals-file=- to standard error, where a Pod's log keeps them; the log's own lines have a
+// "msg", these do not):
 //
 //	{"identity":"<hostname>#<uuid>","epoch":N,"from":"<RFC3339Nano>","until":"<RFC3339Nano>"}
 //
@@ -56,7 +58,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	fs.SetOutput(stderr)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; empty means the in-cluster configuration")
 	metricsAddr := fs.String("metrics-addr", ":9090", "address to serve /metrics and /healthz on")
-	intervalsFile := fs.String("intervals-file", "", "append one JSON line per token validity change to this file")
+	intervalsFile := fs.String("intervals-file", "", "append one JSON line per token validity change to this file (- = standard error, among the log lines)")
 	clockOffset := fs.Duration("clock-offset", 0, "test workload: run the election on a clock this far off the machine's (e.g. -2m)")
 	clockRate := fs.Float64("clock-rate", 1, "test workload: run the election on a clock ticking this many times as fast as the machine's (e.g. 1.004)")
 	if err := fs.Parse(args); err != nil {
@@ -97,13 +99,17 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	}
 
 	if *intervalsFile != "" {
-		f, err := os.OpenFile(*intervalsFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			log.Error("cannot open the intervals file", "path", *intervalsFile, "error", err)
-			return 1
+		var out io.Writer = stderr // "-": in a Pod, the lines go to the container's log
+		if *intervalsFile != "-" {
+			f, err := os.OpenFile(*intervalsFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			if err != nil {
+				log.Error("cannot open the intervals file", "path", *intervalsFile, "error", err)
+				return 1
+			}
+			defer f.Close()
+			out = f
 		}
-		defer f.Close()
-		rec := &intervals{w: f, identity: opts.Identity, log: log, toReal: toReal}
+		rec := &intervals{w: out, identity: opts.Identity, log: log, toReal: toReal}
 		opts.OnEvent = rec.record
 	}
 

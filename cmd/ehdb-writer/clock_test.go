@@ -142,3 +142,24 @@ func TestIntervalsOfASkewedElectionAreReal(t *testing.T) {
 		t.Errorf("the interval lasts %v of real time, want %v", gotUntil.Sub(gotFrom), want)
 	}
 }
+
+// A lapsed holding re-acquired at epoch + 1 ends the old epoch's interval when the new token was
+// published; a renewal that changed the epoch (an adopted outside edit) closes nothing, so the
+// checker sees the two epochs of one holding.
+func TestIntervalsCloseALapsedEpochOnReacquisition(t *testing.T) {
+	from := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := from.Add(time.Second)
+	var buf bytes.Buffer
+	rec := &intervals{w: &buf, identity: "w-0#u", now: func() time.Time { return now }}
+	rec.record(election.Event{Outcome: election.Acquired, Epoch: 3, From: from, Until: from.Add(3 * time.Second)})
+	rec.record(election.Event{Outcome: election.Acquired, Epoch: 4, From: now.Add(-time.Millisecond), Until: now.Add(3 * time.Second)})
+	rec.record(election.Event{Outcome: election.Renewed, Epoch: 9, From: now.Add(-time.Millisecond), Until: now.Add(4 * time.Second)})
+	want := `{"identity":"w-0#u","epoch":3,"from":"2030-01-02T03:04:05Z","until":"2030-01-02T03:04:08Z"}
+{"identity":"w-0#u","epoch":3,"from":"2030-01-02T03:04:05Z","until":"2030-01-02T03:04:06Z"}
+{"identity":"w-0#u","epoch":4,"from":"2030-01-02T03:04:05.999Z","until":"2030-01-02T03:04:09Z"}
+{"identity":"w-0#u","epoch":9,"from":"2030-01-02T03:04:05.999Z","until":"2030-01-02T03:04:10Z"}
+`
+	if buf.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", buf.String(), want)
+	}
+}

@@ -220,6 +220,9 @@ type intervals struct {
 	// toReal maps the election's clock to the machine's: the file states real instants, which
 	// compare across writers whatever clock each election runs on. nil means the same clock.
 	toReal func(time.Time) time.Time
+	now    func() time.Time // the machine's clock; nil means time.Now
+
+	last intervalLine // the last line written
 }
 
 type intervalLine struct {
@@ -239,17 +242,37 @@ func (r *intervals) record(ev election.Event) {
 	if r.toReal != nil && !from.IsZero() {
 		from, until = r.toReal(from), r.toReal(until)
 	}
-	b, err := json.Marshal(intervalLine{
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// A new acquisition replaces the token of a holding that lapsed without a loss (its record
+	// expired, so the election re-acquires at epoch + 1): that epoch's validity ended when the new
+	// token was published, which is before this call. Close it here, so the file does not claim
+	// the old epoch valid until its lease would have run out.
+	if ev.Outcome == election.Acquired && r.last.Identity != "" && r.last.Epoch != ev.Epoch {
+		now := time.Now()
+		if r.now != nil {
+			now = r.now()
+		}
+		if lastUntil, err := time.Parse(time.RFC3339Nano, r.last.Until); err == nil && lastUntil.After(now) {
+			closed := r.last
+			closed.Until = now.UTC().Format(time.RFC3339Nano)
+			r.write(closed)
+		}
+	}
+	r.write(intervalLine{
 		Identity: r.identity,
 		Epoch:    ev.Epoch,
 		From:     from.UTC().Format(time.RFC3339Nano),
 		Until:    until.UTC().Format(time.RFC3339Nano),
 	})
+}
+
+func (r *intervals) write(l intervalLine) {
+	b, err := json.Marshal(l)
 	if err != nil {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.last = l
 	if _, err := r.w.Write(append(b, '\n')); err != nil && !r.failed {
 		r.failed = true
 		r.log.Error("cannot write the intervals file", "error", err)

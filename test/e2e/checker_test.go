@@ -67,7 +67,9 @@ func parseIntervals(r io.Reader, last map[string]interval) error {
 }
 
 // safetyViolations is the safety checker over one shard's intervals (sorted by start): no two
-// overlap, and epochs strictly increase from one holding to the next — except across an epoch
+// processes' intervals overlap, one process never changes epoch within one holding (two epochs
+// from the same start: an adopted outside edit), and epochs strictly increase from one holding to
+// the next — except across an epoch
 // reset: an instant at which a non-participant deleted the Lease or lowered its epoch, after which
 // a process that never saw the old epochs may legitimately start lower (the spec leaves
 // cross-process monotonicity to the chart's lease guard, which the soak puts in Warn mode). A
@@ -79,7 +81,16 @@ func safetyViolations(ivs []interval, resets []time.Time) []string {
 		prev, cur := ivs[i-1], ivs[i]
 		// Overlap with any earlier holding, not only the previous one: a long interval may
 		// outlast several short ones.
+		// One process's own intervals may touch: its re-acquisition replaces its token (a
+		// process's Token() states one epoch at a time).
 		for j := i - 1; j >= 0; j-- {
+			if ivs[j].Identity == cur.Identity {
+				if ivs[j].From.Equal(cur.From) {
+					out = append(out, fmt.Sprintf("SAFETY: %s changed epoch within one holding: epoch %d and epoch %d both valid from %s",
+						cur.Identity, ivs[j].Epoch, cur.Epoch, cur.From.Format(time.StampMicro)))
+				}
+				continue
+			}
 			if ivs[j].Until.After(cur.From) {
 				out = append(out, fmt.Sprintf("SAFETY: overlap: %s epoch %d valid [%s, %s] and %s epoch %d valid from %s",
 					ivs[j].Identity, ivs[j].Epoch, ivs[j].From.Format(time.StampMicro), ivs[j].Until.Format(time.StampMicro),

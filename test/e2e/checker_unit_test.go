@@ -24,6 +24,8 @@ func TestCheckers(t *testing.T) {
 		{name: "handover", ivs: []interval{iv("a", 1, 0, 1000), iv("b", 2, 1000, 2000)}},
 		{name: "overlap", ivs: []interval{iv("a", 1, 0, 1000), iv("b", 2, 999, 2000)}, want: "overlap"},
 		{name: "overlap with an earlier, longer holding", ivs: []interval{iv("a", 1, 0, 5000), iv("b", 2, 1000, 1500), iv("c", 3, 2000, 2500)}, want: "c epoch 3"},
+		{name: "one process re-acquiring", ivs: []interval{iv("a", 1, 0, 1001), iv("a", 2, 1000, 2000)}},
+		{name: "one process adopting an edited epoch", ivs: []interval{iv("a", 1, 0, 1000), iv("a", 2, 0, 2000)}, want: "changed epoch within one holding"},
 		{name: "epoch reused", ivs: []interval{iv("a", 1, 0, 1000), iv("b", 1, 1000, 2000)}, want: "epoch did not increase"},
 		{name: "epoch lower", ivs: []interval{iv("a", 5, 0, 1000), iv("b", 2, 1000, 2000)}, want: "epoch did not increase"},
 		{name: "epoch lower after a reset", ivs: []interval{iv("a", 5, 0, 1000), iv("b", 2, 1000, 2000)}, resets: []time.Time{at(500)}},

@@ -122,9 +122,7 @@ func checkSafetyResets(t *testing.T, resets []time.Time, files ...string) []inte
 	if len(ivs) == 0 {
 		t.Errorf("safety checker: no validity interval recorded in %v: the writers never held a valid token, or never wrote it down", files)
 	}
-	for _, v := range safetyViolations(ivs, resets) {
-		t.Error(v)
-	}
+	reportViolations(t, "intervals", safetyViolations(ivs, resets))
 	return ivs
 }
 
@@ -193,4 +191,16 @@ func longestGap(ivs []interval, from, to time.Time) (time.Duration, time.Time) {
 		}
 	}
 	return gap, at
+}
+
+// reportViolations fails the test with the first 20 violations and the count of the rest.
+func reportViolations(t *testing.T, what string, vs []string) {
+	t.Helper()
+	for i, v := range vs {
+		if i == 20 {
+			t.Errorf("... and %d more violations in the %s", len(vs)-20, what)
+			break
+		}
+		t.Error(v)
+	}
 }

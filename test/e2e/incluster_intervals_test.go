@@ -136,12 +136,8 @@ func (l *intervalLog) check(samples []scrapeSample) {
 	if len(ivs) == 0 {
 		t.Errorf("safety checker: the writer Pods' logs hold no validity interval (%d containers followed; stream errors: %v)", len(l.followed), l.streamErr)
 	}
-	for _, v := range safetyViolations(ivs, nil) {
-		t.Error(v)
-	}
-	for _, v := range scrapeViolations(samples, ivs) {
-		t.Error(v)
-	}
+	reportViolations(t, "intervals", safetyViolations(ivs, nil))
+	reportViolations(t, "scrapes", scrapeViolations(samples, ivs))
 	var epochs []string
 	for _, iv := range ivs {
 		epochs = append(epochs, strconv.FormatUint(iv.Epoch, 10))

@@ -260,9 +260,7 @@ func TestSoak(t *testing.T) {
 	if valid == 0 {
 		t.Errorf("no scrape ever showed token_valid 1: the cross-check saw nothing")
 	}
-	for _, v := range scrapeViolations(samples, all) {
-		t.Error(v)
-	}
+	reportViolations(t, "scrapes", scrapeViolations(samples, all))
 	if t.Failed() {
 		t.Logf("soak: seed %d; the schedule's last faults:\n%s", seed, sk.tail(40))
 	}

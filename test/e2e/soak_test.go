@@ -38,7 +38,7 @@ var soakFaults = []string{
 	"webhook",          // the admission webhook stopped for a while, then started again
 	"lease-delete",     // a shard's Lease deleted by a non-participant
 	"lease-holder",     // ... its spec.holderIdentity set to an identity no writer has
-	"lease-renew-time", // ... its spec.renewTime moved (into the past, or a little into the future)
+	"lease-renew-time", // ... its spec.renewTime moved (minutes into the past, or a little into the future)
 	"lease-duration",   // ... its spec.leaseDurationSeconds changed (shorter or longer)
 	"lease-epoch",      // ... its spec.leaseTransitions raised or lowered
 }
@@ -524,11 +524,17 @@ func (sk *soak) editLease(ctx context.Context, kind, shard string, rng *rand.Ran
 			detail = fmt.Sprintf("holder %q -> %q", ptr.Deref(spec.HolderIdentity, ""), intruder)
 			spec.HolderIdentity = ptr.To(intruder)
 		case "lease-renew-time":
-			// Anywhere in the last ten minutes, or up to a lease duration into the future.
+			// Up to ten minutes back, or up to a lease duration forward, from the record's own
+			// renewTime (written on its holder's clock): a wall-clock jump far into the future
+			// would only stall every candidate whose clock is behind it (the takeover rule's
+			// wall-clock half), which the soak's liveness check is not about.
 			shift := time.Duration(r*float64(10*time.Minute+lease)) - 10*time.Minute
-			at := time.Now().Add(shift)
-			detail = fmt.Sprintf("renewTime -> now%+v", shift.Round(time.Millisecond))
-			spec.RenewTime = &metav1.MicroTime{Time: at}
+			at := time.Now()
+			if spec.RenewTime != nil {
+				at = spec.RenewTime.Time
+			}
+			detail = fmt.Sprintf("renewTime %+v", shift.Round(time.Millisecond))
+			spec.RenewTime = &metav1.MicroTime{Time: at.Add(shift)}
 		case "lease-duration":
 			d := []int32{1, 2, 6, 10}[int(r*4)]
 			detail = fmt.Sprintf("leaseDurationSeconds %d -> %d", ptr.Deref(spec.LeaseDurationSeconds, 0), d)

@@ -113,7 +113,8 @@ func TestSoak(t *testing.T) {
 	}
 	ctx := context.Background()
 	cs := s.c.Clientset()
-	sk := &soak{t: t, s: s, counts: map[string]int{}, binding: s.writerBinding()}
+	sk := &soak{t: t, s: s, counts: map[string]int{}, binding: s.writerBinding(),
+		deleted: map[string]time.Time{}, started: map[string]time.Time{}}
 	sk.startWebhook()
 
 	cfg, err := clientcmd.LoadFromFile(s.writerKube)
@@ -141,12 +142,16 @@ func TestSoak(t *testing.T) {
 		slots = append(slots, sl)
 	}
 	start := func(sl *soakSlot) {
+		sk.waitBornSafe(sl.shard)
 		spec := s.writerSpec(sl.shard, sl.kube)
 		spec.ClockOffset, spec.ClockRate = sl.offset, sl.rate
 		w := startWriter(t, spec)
 		sl.mu.Lock()
 		sl.w = w
 		sl.mu.Unlock()
+		sk.mu.Lock()
+		sk.started[sl.shard] = time.Now()
+		sk.mu.Unlock()
 	}
 	for _, sl := range slots {
 		start(sl)
@@ -276,7 +281,9 @@ type soak struct {
 	log     []soakEvent
 	resets  []time.Time
 	webhook *harness.Webhook
-	binding *rbacv1.RoleBinding // the chart's writer RoleBinding, as installed
+	binding *rbacv1.RoleBinding  // the chart's writer RoleBinding, as installed
+	deleted map[string]time.Time // shard -> when its Lease was last deleted
+	started map[string]time.Time // shard -> when a writer of it last started
 
 	// api is held shared by every control-plane call of a fault and exclusively while the API
 	// server is down, so those calls wait for it rather than fail.
@@ -494,11 +501,24 @@ func (sk *soak) editLease(ctx context.Context, kind, shard string, rng *rand.Ran
 	sk.api.RLock()
 	defer sk.api.RUnlock()
 	if kind == "lease-delete" {
+		// The election documents what a deletion can break and leaves to the lease guard: a
+		// process that never saw the Lease exist creates it at once and may overlap the holder
+		// whose Lease was deleted, and a create in flight across someone else's
+		// create-then-delete may land. The schedule stays out of both: no deletion within two
+		// seconds of a writer's start (it may not have read the Lease yet) or of the Lease's
+		// creation; no writer starts while a deleted Lease may still back a token (waitBornSafe).
+		sk.mu.Lock()
+		recent := time.Since(sk.started[shard]) < 2*time.Second
+		sk.mu.Unlock()
+		if l, err := leases.Get(ctx, name, metav1.GetOptions{}); err != nil || recent || time.Since(l.CreationTimestamp.Time) < 2*time.Second {
+			return // tried again in a later round
+		}
 		err := leases.Delete(ctx, name, metav1.DeleteOptions{})
 		switch {
 		case err == nil:
 			sk.mu.Lock()
 			sk.resets = append(sk.resets, time.Now())
+			sk.deleted[shard] = time.Now()
 			sk.mu.Unlock()
 			sk.note(kind, name)
 		case !apierrors.IsNotFound(err):
@@ -563,6 +583,31 @@ func (sk *soak) editLease(ctx context.Context, kind, shard string, rng *rand.Ran
 	case apierrors.IsNotFound(err):
 	default:
 		sk.t.Errorf("soak: %s of %s: %v", kind, name, err)
+	}
+}
+
+// waitBornSafe holds a writer's start while its shard's Lease is deleted and may still back a
+// token (for a lease duration after the deletion), unless the Lease exists again: a process born
+// in that window never saw the Lease and may create it at once, overlapping — a documented
+// non-guarantee of the election that the chart's lease guard closes by refusing deletes.
+func (sk *soak) waitBornSafe(shard string) {
+	sk.mu.Lock()
+	deleted := sk.deleted[shard]
+	sk.mu.Unlock()
+	safeAt := deleted.Add(lease + 500*time.Millisecond)
+	if time.Now().After(safeAt) {
+		return
+	}
+	leases := sk.s.c.Clientset().CoordinationV1().Leases(sk.s.ns)
+	name := election.LeaseName(shardOrdinal(sk.t, shard))
+	for time.Now().Before(safeAt) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := leases.Get(ctx, name, metav1.GetOptions{})
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

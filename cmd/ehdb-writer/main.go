@@ -3,13 +3,16 @@
 // logs each outcome change as JSON, and releases its Lease on SIGTERM or SIGINT. It is the demo and
 // end-to-end workload; with --kubeconfig it runs outside a cluster against any API server.
 //
-// With --intervals-file it appends one JSON line per validity change, for a safety checker:
+// With --intervals-file it appends one JSON line per validity change, for a safety checker (with
+// --intervals-file=- to standard error, where a Pod's log keeps them; the log's own lines have a
+// "msg", these do not):
 //
 //	{"identity":"<hostname>#<uuid>","epoch":N,"from":"<RFC3339Nano>","until":"<RFC3339Nano>"}
 //
 // written on every successful acquisition and renewal (from = when the acquisition's answer
 // arrived, until = the write's send time + the lease duration) and on loss or release (until = the
-// instant the token was dropped). The last line per (identity, epoch) is the interval.
+// instant the token was dropped). The last line per (identity, epoch) is the interval. The instants
+// are the machine's, also when --clock-offset/--clock-rate run the election on a skewed clock.
 package main
 
 import (
@@ -34,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 
 	"github.com/noetl/ehdb-election/election"
 )
@@ -54,7 +58,9 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	fs.SetOutput(stderr)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; empty means the in-cluster configuration")
 	metricsAddr := fs.String("metrics-addr", ":9090", "address to serve /metrics and /healthz on")
-	intervalsFile := fs.String("intervals-file", "", "append one JSON line per token validity change to this file")
+	intervalsFile := fs.String("intervals-file", "", "append one JSON line per token validity change to this file (- = standard error, among the log lines)")
+	clockOffset := fs.Duration("clock-offset", 0, "test workload: run the election on a clock this far off the machine's (e.g. -2m)")
+	clockRate := fs.Float64("clock-rate", 1, "test workload: run the election on a clock ticking this many times as fast as the machine's (e.g. 1.004)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -81,15 +87,29 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := election.Options{Identity: election.NewIdentity(hostname), Registerer: reg, Logger: log}
+	toReal := func(t time.Time) time.Time { return t }
+	if *clockOffset != 0 || *clockRate != 1 {
+		c, err := newSkewedClock(clock.RealClock{}, *clockOffset, *clockRate)
+		if err != nil {
+			fmt.Fprintf(stderr, "ehdb-writer: --clock-rate: %v\n", err)
+			return 2
+		}
+		opts.Clock, toReal = c, c.Real
+		log.Info("the election runs on a skewed clock", "offset", clockOffset.String(), "rate", *clockRate)
+	}
 
 	if *intervalsFile != "" {
-		f, err := os.OpenFile(*intervalsFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			log.Error("cannot open the intervals file", "path", *intervalsFile, "error", err)
-			return 1
+		var out io.Writer = stderr // "-": in a Pod, the lines go to the container's log
+		if *intervalsFile != "-" {
+			f, err := os.OpenFile(*intervalsFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			if err != nil {
+				log.Error("cannot open the intervals file", "path", *intervalsFile, "error", err)
+				return 1
+			}
+			defer f.Close()
+			out = f
 		}
-		defer f.Close()
-		rec := &intervals{w: f, identity: opts.Identity, log: log}
+		rec := &intervals{w: out, identity: opts.Identity, log: log, toReal: toReal}
 		opts.OnEvent = rec.record
 	}
 
@@ -197,6 +217,12 @@ type intervals struct {
 	identity string
 	log      *slog.Logger
 	failed   bool
+	// toReal maps the election's clock to the machine's: the file states real instants, which
+	// compare across writers whatever clock each election runs on. nil means the same clock.
+	toReal func(time.Time) time.Time
+	now    func() time.Time // the machine's clock; nil means time.Now
+
+	last intervalLine // the last line written
 }
 
 type intervalLine struct {
@@ -212,17 +238,41 @@ func (r *intervals) record(ev election.Event) {
 	default:
 		return
 	}
-	b, err := json.Marshal(intervalLine{
-		Identity: r.identity,
-		Epoch:    ev.Epoch,
-		From:     ev.From.UTC().Format(time.RFC3339Nano),
-		Until:    ev.Until.UTC().Format(time.RFC3339Nano),
-	})
-	if err != nil {
-		return
+	from, until := ev.From, ev.Until
+	if r.toReal != nil && !from.IsZero() {
+		from, until = r.toReal(from), r.toReal(until)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A new acquisition replaces the token of a holding that lapsed without a loss (its record
+	// expired, so the election re-acquires at epoch + 1): that epoch's validity ended when the new
+	// token was published, which is before this call. Close it here, so the file does not claim
+	// the old epoch valid until its lease would have run out.
+	if ev.Outcome == election.Acquired && r.last.Identity != "" && r.last.Epoch != ev.Epoch {
+		now := time.Now()
+		if r.now != nil {
+			now = r.now()
+		}
+		if lastUntil, err := time.Parse(time.RFC3339Nano, r.last.Until); err == nil && lastUntil.After(now) {
+			closed := r.last
+			closed.Until = now.UTC().Format(time.RFC3339Nano)
+			r.write(closed)
+		}
+	}
+	r.write(intervalLine{
+		Identity: r.identity,
+		Epoch:    ev.Epoch,
+		From:     from.UTC().Format(time.RFC3339Nano),
+		Until:    until.UTC().Format(time.RFC3339Nano),
+	})
+}
+
+func (r *intervals) write(l intervalLine) {
+	b, err := json.Marshal(l)
+	if err != nil {
+		return
+	}
+	r.last = l
 	if _, err := r.w.Write(append(b, '\n')); err != nil && !r.failed {
 		r.failed = true
 		r.log.Error("cannot write the intervals file", "error", err)

@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -21,11 +23,17 @@ type WriterSpec struct {
 	RenewSecs  int
 	Dir        string   // its log and the shard's intervals file go here
 	ExtraEnv   []string // KEY=VALUE
+	// ClockOffset and ClockRate run the writer's election on a skewed clock (ehdb-writer's
+	// --clock-offset/--clock-rate): a node whose clock is off and ticks at its own pace. The
+	// intervals file still states real instants. Zero values mean the machine's clock.
+	ClockOffset time.Duration
+	ClockRate   float64
 }
 
 // Writer is a running ehdb-writer.
 type Writer struct {
 	Name       string
+	Identity   string // the holder identity it writes into the Lease, as its start-up log states it
 	MetricsURL string
 	Intervals  string // the JSON-lines validity intervals file (shared by one pod name's writers)
 	LogPath    string
@@ -50,11 +58,18 @@ func StartWriter(s WriterSpec) (*Writer, error) {
 		LogPath:    logFile.Name(),
 		done:       make(chan struct{}),
 	}
-	w.cmd = exec.Command(s.Bin,
-		"--kubeconfig="+s.Kubeconfig,
+	args := []string{
+		"--kubeconfig=" + s.Kubeconfig,
 		fmt.Sprintf("--metrics-addr=127.0.0.1:%d", port),
-		"--intervals-file="+w.Intervals,
-	)
+		"--intervals-file=" + w.Intervals,
+	}
+	if s.ClockOffset != 0 {
+		args = append(args, "--clock-offset="+s.ClockOffset.String())
+	}
+	if s.ClockRate != 0 && s.ClockRate != 1 {
+		args = append(args, "--clock-rate="+strconv.FormatFloat(s.ClockRate, 'g', -1, 64))
+	}
+	w.cmd = exec.Command(s.Bin, args...)
 	w.cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOSTNAME=" + s.Hostname,
@@ -79,7 +94,10 @@ func StartWriter(s WriterSpec) (*Writer, error) {
 	for {
 		_, err := w.Scrape()
 		if err == nil {
-			return w, nil
+			// The start-up line is written as /metrics starts serving, not necessarily before.
+			if w.Identity, err = startupIdentity(w.LogPath); err == nil {
+				return w, nil
+			}
 		}
 		if w.Exited() || time.Now().After(deadline) {
 			w.Kill()
@@ -159,4 +177,24 @@ func (w *Writer) Token() (Token, error) {
 		Epoch: uint64(read("ehdb_election_epoch")),
 	}
 	return tok, errors.Join(errs...)
+}
+
+// startupIdentity reads the identity from the writer's "ehdb-writer started" log line.
+func startupIdentity(logPath string) (string, error) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var line struct {
+			Msg      string `json:"msg"`
+			Identity string `json:"identity"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "ehdb-writer started" && line.Identity != "" {
+			return line.Identity, nil
+		}
+	}
+	return "", fmt.Errorf("the writer's log %s states no identity", logPath)
 }

@@ -1,12 +1,8 @@
 package e2e
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -117,57 +113,4 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// interval is one writer's validity of one epoch, as its intervals file states it.
-type interval struct {
-	Identity string    `json:"identity"`
-	Epoch    uint64    `json:"epoch"`
-	From     time.Time `json:"from"`
-	Until    time.Time `json:"until"`
-}
-
-// checkSafety is the suite's safety checker for one shard's writers: no two validity intervals
-// overlap, and epochs strictly increase from one holder to the next. Every process on this
-// machine reads the same clock, so intervals from different writers compare.
-func checkSafety(t *testing.T, files ...string) []interval {
-	t.Helper()
-	last := map[string]interval{} // identity/epoch -> its last line
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if os.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			var iv interval
-			if err := json.Unmarshal(sc.Bytes(), &iv); err != nil {
-				t.Fatalf("safety checker: %s: bad line %q: %v", f, sc.Text(), err)
-			}
-			last[iv.Identity+"/"+strconv.FormatUint(iv.Epoch, 10)] = iv
-		}
-		fh.Close()
-	}
-	var ivs []interval
-	for _, iv := range last {
-		if iv.Until.After(iv.From) {
-			ivs = append(ivs, iv)
-		}
-	}
-	slices.SortFunc(ivs, func(a, b interval) int { return a.From.Compare(b.From) })
-	for i := 1; i < len(ivs); i++ {
-		prev, cur := ivs[i-1], ivs[i]
-		if cur.From.Before(prev.Until) {
-			t.Errorf("SAFETY: overlap: %s epoch %d valid [%s, %s] and %s epoch %d valid from %s",
-				prev.Identity, prev.Epoch, prev.From.Format(time.StampMicro), prev.Until.Format(time.StampMicro),
-				cur.Identity, cur.Epoch, cur.From.Format(time.StampMicro))
-		}
-		if cur.Epoch <= prev.Epoch {
-			t.Errorf("SAFETY: epoch did not increase: %s held %d, then %s held %d", prev.Identity, prev.Epoch, cur.Identity, cur.Epoch)
-		}
-	}
-	return ivs
 }

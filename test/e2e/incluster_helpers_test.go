@@ -72,6 +72,8 @@ type icSystem struct {
 	images inClusterImages
 	// uninstalled is set once the test has uninstalled the release itself.
 	uninstalled bool
+	// samples are the scrapes in which a writer Pod claimed a valid token, for the cross-check.
+	samples []scrapeSample
 }
 
 // requireInCluster skips unless E2E_IN_CLUSTER=1, and then insists on E2E_KUBECONFIG: the local
@@ -237,6 +239,7 @@ func (s *icSystem) icWriter(replicas int32, fencing string) *appsv1.StatefulSet 
 	c.Image = s.images.writer
 	c.ImagePullPolicy = corev1.PullNever
 	c.Command = []string{"/ehdb-writer"}
+	c.Args = []string{"--intervals-file=-"} // validity intervals in the log, for the safety checker
 	c.SecurityContext = &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
 		ReadOnlyRootFilesystem:   ptr.To(true),
@@ -322,7 +325,9 @@ func (s *icSystem) waitHolder(timeout time.Duration, notUID string) holder {
 		if pod.Status.Phase != corev1.PodRunning || len(pod.Status.ContainerStatuses) == 0 || pod.Status.ContainerStatuses[0].State.Running == nil {
 			return fmt.Errorf("Pod %s is %s: %s", pod.Name, pod.Status.Phase, podWhy(pod))
 		}
+		t0 := time.Now()
 		m, err := s.podScrape(ctx, pod.Name, 9090)
+		t1 := time.Now()
 		if err != nil {
 			return err
 		}
@@ -343,6 +348,9 @@ func (s *icSystem) waitHolder(timeout time.Duration, notUID string) holder {
 		if got := uint64(m.Get("ehdb_election_epoch")); got != epoch {
 			return fmt.Errorf("the Pod reports epoch %d, the Lease %d", got, epoch)
 		}
+		// The Lease names this Pod's process at the epoch the scrape showed valid: that scrape
+		// must fall in the process's recorded validity of that epoch.
+		s.samples = append(s.samples, scrapeSample{Identity: id, Start: t0, End: t1, Valid: true, Epoch: epoch})
 		h = holder{pod: pod.Name, podUID: string(pod.UID), identity: id, epoch: epoch, metrics: m,
 			started: pod.Status.ContainerStatuses[0].State.Running.StartedAt.Time}
 		if l.Spec.AcquireTime != nil {

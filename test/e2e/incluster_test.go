@@ -22,7 +22,8 @@ import (
 // 5 and 7 in-cluster; issue 8), one installation walked through an operator's life: install, the
 // guard serving through its Service with the certificate it rotated itself, the order of arming,
 // writers acquiring, failing over on Pod deletion and rolling updates, RBAC pulled and restored,
-// the guard down, helm upgrade, helm uninstall. The steps build on each other, so they run as one
+// the guard down, helm upgrade, helm uninstall — and then the safety checker over the validity
+// intervals every writer container printed. The steps build on each other, so they run as one
 // test and stop at the first failure.
 func TestInClusterSystem(t *testing.T) {
 	s := newICSystem(t)
@@ -31,6 +32,8 @@ func TestInClusterSystem(t *testing.T) {
 
 	step("install: webhook Pods become Ready only after the rotator put their certificate in place")
 	s.install()
+	// Every writer container's validity intervals, from its log, for the safety checker at the end.
+	intervals := s.followIntervals()
 	s.checkReadyAfterCertificate(4 * time.Minute)
 
 	step("admission is served by the webhook Pods through the chart's Service")
@@ -77,6 +80,9 @@ func TestInClusterSystem(t *testing.T) {
 	}
 	afterDelete := s.checkSuccessor("Pod deletion", armed)
 
+	step("the holder's process killed (SIGKILL on the node): the restarted container's process waits out the lease, then takes over above the epoch")
+	killed, _ := s.checkKilled(afterDelete)
+
 	step("a rolling update: the kubelet's SIGTERM releases the Lease, the successor acquires within renew + 1 s")
 	if _, err := s.updateWriter(func(x *appsv1.StatefulSet) {
 		if x.Spec.Template.Annotations == nil {
@@ -86,7 +92,7 @@ func TestInClusterSystem(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("restarting an armed, correct writer: refused: %v", err)
 	}
-	rolled := s.checkSuccessor("rolling update", afterDelete)
+	rolled := s.checkSuccessor("rolling update", killed)
 
 	step("RBAC pulled at runtime: forbidden counted, the token drops, no crash-loop; restored: acquired again")
 	restored := s.checkRBACPulled(rolled)
@@ -99,6 +105,9 @@ func TestInClusterSystem(t *testing.T) {
 
 	step("helm uninstall leaves nothing of the release behind")
 	s.checkUninstall()
+
+	step("the safety checker over every writer container's recorded validity: no overlap, epochs increasing, every valid scrape inside its interval")
+	intervals.check(s.samples)
 }
 
 // checkReadyAfterCertificate watches the webhook Pods come up: none may be Ready while the TLS

@@ -400,4 +400,5 @@ func TestScenario7WebhookDown(t *testing.T) {
 		}
 		return nil
 	})
+	s.checkSafety(shard0)
 }

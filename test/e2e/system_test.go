@@ -103,6 +103,11 @@ func (s *system) writerSpec(hostname, kubeconfig string, extraEnv ...string) har
 // checkSafety runs the safety checker over every writer of the given shard's pod name.
 func (s *system) checkSafety(hostname string) []interval {
 	s.t.Helper()
-	files, _ := filepath.Glob(filepath.Join(s.dir, "intervals-"+hostname+".jsonl"))
-	return checkSafety(s.t, files...)
+	return s.checkSafetyResets(hostname, nil)
+}
+
+// checkSafetyResets is checkSafety with the instants a non-participant reset the shard's epoch.
+func (s *system) checkSafetyResets(hostname string, resets []time.Time) []interval {
+	s.t.Helper()
+	return checkSafetyResets(s.t, resets, filepath.Join(s.dir, "intervals-"+hostname+".jsonl"))
 }

@@ -6,7 +6,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' "$here/go.mod")
-key=$(sha256sum "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)
+# The key hashes the files' contents only (sha256sum also prints their paths, which differ per clone).
+key=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)
 out=${CONTROLPLANE_DIR:-$root/.cache/controlplane/$version-$key}
 mkdir -p "$out"
 

@@ -103,7 +103,7 @@ func TestInClusterSystem(t *testing.T) {
 	step("helm upgrade keeps the certificate and admission working")
 	s.checkUpgrade()
 
-	step("helm uninstall leaves nothing of the release behind")
+	step("helm uninstall leaves nothing of the release behind but the writer's kept ServiceAccount, Role and RoleBinding")
 	s.checkUninstall()
 
 	step("the safety checker over every writer container's recorded validity: no overlap, epochs increasing, every valid scrape inside its interval")
@@ -478,12 +478,18 @@ func (s *icSystem) checkUninstall() {
 		add("Secrets", lenOf(sec, err, func() int { return len(sec.Items) }), err)
 		rel, err := s.cs.CoreV1().Secrets(s.ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + release})
 		add("Helm release records", lenOf(rel, err, func() int { return len(rel.Items) }), err)
+		// The writer's ServiceAccount, Role and RoleBinding are kept on purpose (resource-policy
+		// keep): removing them under an armed writer would drop every token. Exactly those stay.
+		kept := 0
 		sas, err := s.cs.CoreV1().ServiceAccounts(s.ns).List(ctx, sel)
-		add("ServiceAccounts", lenOf(sas, err, func() int { return len(sas.Items) }), err)
+		add("ServiceAccounts", lenOf(sas, err, func() int { return unkept(&kept, metas(sas.Items)) }), err)
 		roles, err := s.cs.RbacV1().Roles(s.ns).List(ctx, sel)
-		add("Roles", lenOf(roles, err, func() int { return len(roles.Items) }), err)
+		add("Roles", lenOf(roles, err, func() int { return unkept(&kept, metas(roles.Items)) }), err)
 		rbs, err := s.cs.RbacV1().RoleBindings(s.ns).List(ctx, sel)
-		add("RoleBindings", lenOf(rbs, err, func() int { return len(rbs.Items) }), err)
+		add("RoleBindings", lenOf(rbs, err, func() int { return unkept(&kept, metas(rbs.Items)) }), err)
+		if kept != 3 && len(left) == 0 {
+			return fmt.Errorf("%d objects kept by resource-policy, want the writer's ServiceAccount, Role and RoleBinding", kept)
+		}
 		pdbs, err := s.cs.PolicyV1().PodDisruptionBudgets(s.ns).List(ctx, sel)
 		add("PodDisruptionBudgets", lenOf(pdbs, err, func() int { return len(pdbs.Items) }), err)
 		if len(left) > 0 {
@@ -491,6 +497,31 @@ func (s *icSystem) checkUninstall() {
 		}
 		return nil
 	})
+}
+
+// metas is the ObjectMeta of each item of a typed list.
+func metas[T any, P interface {
+	*T
+	GetAnnotations() map[string]string
+}](items []T) []map[string]string {
+	out := make([]map[string]string, len(items))
+	for i := range items {
+		out[i] = P(&items[i]).GetAnnotations()
+	}
+	return out
+}
+
+// unkept counts the objects not annotated helm.sh/resource-policy: keep, and adds the others to kept.
+func unkept(kept *int, annotations []map[string]string) int {
+	n := 0
+	for _, a := range annotations {
+		if a["helm.sh/resource-policy"] == "keep" {
+			*kept++
+		} else {
+			n++
+		}
+	}
+	return n
 }
 
 // lenOf is n() when the list call succeeded.

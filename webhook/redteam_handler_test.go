@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -163,4 +164,71 @@ func TestHandlerJudgesConfigMapsByTheirReaders(t *testing.T) {
 		t.Fatalf("shadow -> enforce with the Lease live: %+v", r.Result)
 	}
 	_ = appsv1.StatefulSet{}
+}
+
+// TestHandlerBoundsBodyBytesInFlight: large bodies are admitted only up to a byte budget (three
+// near the size limit at once); the rest are answered 429 by their deadline instead of being read.
+func TestHandlerBoundsBodyBytesInFlight(t *testing.T) {
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, MaxInFlight: 32}))
+	t.Cleanup(srv.Close)
+	const big = 7 << 20
+	var writers []*io.PipeWriter
+	t.Cleanup(func() {
+		for _, w := range writers {
+			w.Close()
+		}
+	})
+	codes := make(chan int, 8)
+	for range 8 {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"?timeout=2s", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = big // announced, never sent: a slow client
+		req.Header.Set("Content-Type", "application/json")
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- -1
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	busy := 0
+	for range 5 { // five are turned away by their deadline; three hold the budget, reading
+		select {
+		case c := <-codes:
+			if c == http.StatusTooManyRequests {
+				busy++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of the 8 large uploads answered", busy)
+		}
+	}
+	if busy != 5 {
+		t.Fatalf("%d large uploads turned away, want 5 (3 × 7 MiB fit the budget)", busy)
+	}
+}
+
+// TestHandlerRefusesAnnouncedOversizeBodies: a Content-Length above the limit is refused unread.
+func TestHandlerRefusesAnnouncedOversizeBodies(t *testing.T) {
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}}))
+	t.Cleanup(srv.Close)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, pr)
+	req.ContentLength = 8 << 20
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413", resp.StatusCode)
+	}
 }

@@ -14,7 +14,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
@@ -230,5 +232,39 @@ func TestHandlerRefusesAnnouncedOversizeBodies(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d, want 413", resp.StatusCode)
+	}
+}
+
+type fakeOwners map[string]types.UID // "Kind/ns/name" -> uid
+
+func (f fakeOwners) OwnerExists(kind, ns, name string, uid types.UID) (bool, bool) {
+	got, ok := f[kind+"/"+ns+"/"+name]
+	return ok && got == uid, true
+}
+
+// TestHandlerVerifiesTheExemptingOwner: a ReplicaSet whose controller Deployment does not exist
+// (with that UID) is order-checked like any other; a real one's ReplicaSet is exempt.
+func TestHandlerVerifiesTheExemptingOwner(t *testing.T) {
+	cluster := goodCluster()
+	clear(cluster.Leases)
+	h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true},
+		Owners: fakeOwners{"Deployment/" + ns + "/w": "real-uid"}}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+	t.Cleanup(srv.Close)
+	rsKind := metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}
+	rs := func(uid types.UID) *appsv1.ReplicaSet {
+		d := deployment(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...))
+		return &appsv1.ReplicaSet{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
+			ObjectMeta: metav1.ObjectMeta{Name: "w-abc", Namespace: ns, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "Deployment", Name: "w", UID: uid, Controller: ptr.To(true)}}},
+			Spec: appsv1.ReplicaSetSpec{Template: d.Spec.Template}}
+	}
+	_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, rsKind, rs("real-uid"), nil))
+	if out.Response == nil || !out.Response.Allowed {
+		t.Fatalf("the ReplicaSet of a real Deployment: %s", raw)
+	}
+	_, out, raw = post(t, srv.URL, "application/json", review(t, admissionv1.Create, rsKind, rs("forged-uid"), nil))
+	if out.Response == nil || out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "ehdb-shard-00000000 (shard 0) does not exist") {
+		t.Fatalf("a ReplicaSet naming a Deployment that does not exist: %s; want the order check", raw)
 	}
 }

@@ -18,6 +18,14 @@
 // are still missing, so an unarmed object is decided without any API call; Handler is the thin
 // transport that decodes, loops Needs/Resolve, decides, answers and records.
 //
+// Against an adversary: one review's work is bounded whatever the object says (Policy.MaxShards,
+// MaxConfigMaps, a per-review Budget for resolving environments; above them a too_complex
+// refusal), the transport bounds reviews and body bytes in flight and honours the request's
+// deadline, and a panic is recovered into an answer. An owner exempts an object from the order
+// check only along the chains whose template the guard judged (Deployment→ReplicaSet,
+// CronJob→Job, workload→Pod), and only if it exists (Owners). A ConfigMap whose content may arm
+// a reader is judged as each reader (ConfigMapReaders, from a watch) would be armed by it.
+//
 // "Armed" needs the container's effective environment, which ResolveEnv builds exactly as the
 // kubelet does. A value the guard cannot know (a Secret, a missing ConfigMap, a field decided at
 // run time) counts as armed: the guard errs on the side of asking for the requirements.

@@ -41,6 +41,9 @@ type Handler struct {
 	// Readers finds the guarded workloads that read a ConfigMap under review; nil: the guard
 	// has no opinion on ConfigMaps.
 	Readers ConfigMapReaders
+	// Owners verifies the Deployment or CronJob a ReplicaSet or Job names as its controller
+	// before that exempts it from the order check; nil: owners are trusted as named.
+	Owners Owners
 	// MaxInFlight bounds the reviews one process works on at once (NewHTTPHandler); a review
 	// that finds no slot before its deadline gets HTTP 429, which the API server treats as a
 	// webhook failure (workloads fail closed, Pods fail open). 0 means DefaultMaxInFlight.
@@ -125,6 +128,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	if err != nil {
 		return malformed(fmt.Errorf("object: %w", err))
 	}
+	h.verifyOwner(obj)
 	in := Input{Operation: req.Operation, Object: obj}
 	if req.Operation == admissionv1.Update {
 		old, err := DecodeWorkload(gvk, req.Namespace, req.OldObject.Raw)
@@ -159,6 +163,19 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		return admission.Allowed("").WithWarnings(d.Warnings...)
 	}
 	return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
+}
+
+// verifyOwner withdraws the exemption of a ReplicaSet or Job whose controller is not found, with
+// that UID, among the watched Deployments or CronJobs: it is then judged like any other object.
+func (h *Handler) verifyOwner(w *Workload) {
+	if h.Owners == nil || !w.Exempt || w.ControllerRef == nil || w.Kind == gvkPod.Kind {
+		return
+	}
+	ref := w.ControllerRef
+	if exists, known := h.Owners.OwnerExists(ref.Kind, w.Namespace, ref.Name, ref.UID); known && !exists {
+		w.Exempt = false
+		w.Controller += " (not found with uid " + string(ref.UID) + ")"
+	}
 }
 
 func (h *Handler) logger(ctx context.Context) logr.Logger {

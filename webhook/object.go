@@ -28,6 +28,8 @@ type Workload struct {
 	ServiceName  string
 	// Controller is the object's controller owner ("apps/v1 Deployment name"), "" when none.
 	Controller string
+	// ControllerRef is the controller ownerReference itself (nil when none).
+	ControllerRef *metav1.OwnerReference
 	// Exempt is true when the controller is a workload whose template the guard has already
 	// judged: a Deployment's ReplicaSet, a CronJob's Job, a Pod of a StatefulSet, ReplicaSet,
 	// DaemonSet or Job. Such an object is the consequence of a decision already taken on its
@@ -160,6 +162,7 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 	w.Deleting = meta.DeletionTimestamp != nil
 	if ref := metav1.GetControllerOfNoCopy(meta); ref != nil {
 		w.Controller = ref.APIVersion + " " + ref.Kind + " " + quote(ref.Name)
+		w.ControllerRef = ref.DeepCopy()
 		w.Exempt = exemptingOwner(gvk.Kind, ref)
 	}
 	if tmpl != nil {

@@ -8,6 +8,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -17,6 +18,15 @@ import (
 // Implementations answer from a watch-fed cache: never a list per review.
 type ConfigMapReaders interface {
 	ReadersOf(namespace, configMap string) ([]*Workload, error)
+}
+
+// Owners tells whether a workload the guard watches exists with a given UID. The guard asks it
+// before exempting a ReplicaSet or Job from the order check because its controller is a
+// Deployment or CronJob: a forged ownerReference must not buy the exemption.
+type Owners interface {
+	// OwnerExists reports whether namespace/name of kind (a Deployment or CronJob) exists with
+	// uid; known is false when the kind is not watched there.
+	OwnerExists(kind, namespace, name string, uid types.UID) (exists, known bool)
 }
 
 // ConfigMapIndex is the name of the informer index IndexByConfigMap computes.

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,7 +14,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
@@ -163,4 +166,105 @@ func TestHandlerJudgesConfigMapsByTheirReaders(t *testing.T) {
 		t.Fatalf("shadow -> enforce with the Lease live: %+v", r.Result)
 	}
 	_ = appsv1.StatefulSet{}
+}
+
+// TestHandlerBoundsBodyBytesInFlight: large bodies are admitted only up to a byte budget (three
+// near the size limit at once); the rest are answered 429 by their deadline instead of being read.
+func TestHandlerBoundsBodyBytesInFlight(t *testing.T) {
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, MaxInFlight: 32}))
+	t.Cleanup(srv.Close)
+	const big = 7 << 20
+	var writers []*io.PipeWriter
+	t.Cleanup(func() {
+		for _, w := range writers {
+			w.Close()
+		}
+	})
+	codes := make(chan int, 8)
+	for range 8 {
+		pr, pw := io.Pipe()
+		writers = append(writers, pw)
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"?timeout=2s", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = big // announced, never sent: a slow client
+		req.Header.Set("Content-Type", "application/json")
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- -1
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	busy := 0
+	for range 5 { // five are turned away by their deadline; three hold the budget, reading
+		select {
+		case c := <-codes:
+			if c == http.StatusTooManyRequests {
+				busy++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of the 8 large uploads answered", busy)
+		}
+	}
+	if busy != 5 {
+		t.Fatalf("%d large uploads turned away, want 5 (3 × 7 MiB fit the budget)", busy)
+	}
+}
+
+// TestHandlerRefusesAnnouncedOversizeBodies: a Content-Length above the limit is refused unread.
+func TestHandlerRefusesAnnouncedOversizeBodies(t *testing.T) {
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}}))
+	t.Cleanup(srv.Close)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, pr)
+	req.ContentLength = 8 << 20
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413", resp.StatusCode)
+	}
+}
+
+type fakeOwners map[string]types.UID // "Kind/ns/name" -> uid
+
+func (f fakeOwners) OwnerExists(kind, ns, name string, uid types.UID) (bool, bool) {
+	got, ok := f[kind+"/"+ns+"/"+name]
+	return ok && got == uid, true
+}
+
+// TestHandlerVerifiesTheExemptingOwner: a ReplicaSet whose controller Deployment does not exist
+// (with that UID) is order-checked like any other; a real one's ReplicaSet is exempt.
+func TestHandlerVerifiesTheExemptingOwner(t *testing.T) {
+	cluster := goodCluster()
+	clear(cluster.Leases)
+	h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true},
+		Owners: fakeOwners{"Deployment/" + ns + "/w": "real-uid"}}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+	t.Cleanup(srv.Close)
+	rsKind := metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}
+	rs := func(uid types.UID) *appsv1.ReplicaSet {
+		d := deployment(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...))
+		return &appsv1.ReplicaSet{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
+			ObjectMeta: metav1.ObjectMeta{Name: "w-abc", Namespace: ns, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "Deployment", Name: "w", UID: uid, Controller: ptr.To(true)}}},
+			Spec: appsv1.ReplicaSetSpec{Template: d.Spec.Template}}
+	}
+	_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, rsKind, rs("real-uid"), nil))
+	if out.Response == nil || !out.Response.Allowed {
+		t.Fatalf("the ReplicaSet of a real Deployment: %s", raw)
+	}
+	_, out, raw = post(t, srv.URL, "application/json", review(t, admissionv1.Create, rsKind, rs("forged-uid"), nil))
+	if out.Response == nil || out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "ehdb-shard-00000000 (shard 0) does not exist") {
+		t.Fatalf("a ReplicaSet naming a Deployment that does not exist: %s; want the order check", raw)
+	}
 }

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -70,6 +71,26 @@ func TestPolicyRedTeam(t *testing.T) {
 				s.Spec.Template.Spec.Containers[0].EnvFrom = append(s.Spec.Template.Spec.Containers[0].EnvFrom, cmEnvFrom("cm-"+strings.Repeat("x", i), ""))
 			}
 		}}, unmet: []webhook.Reason{webhook.ReasonTooComplex}, msg: []string{"33 ConfigMaps", "at most 32"}, lookups: 0},
+
+		{name: "2000 Secret sources and 2000 references: resolved without quadratic work", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING"), unsetEnv("NOETL_EHDB_ELECTION"),
+			func(s *appsv1.StatefulSet) {
+				c := &s.Spec.Template.Spec.Containers[0]
+				for i := range 2000 {
+					c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: fmt.Sprintf("s%d", i)}}})
+					c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("V%d", i), Value: "$(NOETL_EHDB_ELECTION)$(HOSTNAME)"})
+				}
+			}},
+			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable}, msg: []string{"1996 more source(s)"}, lookups: -1},
+		{name: "1500 Secret prefixes of distinct lengths, 300 long references: bounded by the work budget", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {
+			// Within the API server's 3 MiB: every lookup of a 1600-byte name must try 1500 prefixes.
+			c := &s.Spec.Template.Spec.Containers[0]
+			for i := 1; i <= 1500; i++ {
+				c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{Prefix: strings.Repeat("N", i), SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}}})
+			}
+			for i := range 300 {
+				c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("V%d", i), Value: "$(" + strings.Repeat("N", 1600) + ")"})
+			}
+		}}, unmet: []webhook.Reason{webhook.ReasonTooComplex}, msg: []string{"per-review work budget"}, lookups: 0},
 
 		// --- no bypass ----------------------------------------------------------------------
 		{name: "a StatefulSet controlled by a ConfigMap is order-checked", sts: []func(*appsv1.StatefulSet){controlledBy("v1", "ConfigMap")},

@@ -9,10 +9,18 @@ import (
 	"mime"
 	"net/http"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 )
 
 // maxReviewBytes is controller-runtime's limit: two objects of at most 3 MiB and the rest.
 const maxReviewBytes = 7 << 20
+
+// maxBodyBytesInFlight bounds the request bodies one process holds at once (each counted at its
+// Content-Length, or at maxReviewBytes when it does not say): reviews are a few KiB, so this
+// only ever queues the rare object near the API server's size limit, and a flood of large bodies
+// cannot take the process past its memory limit.
+const maxBodyBytesInFlight = 3 * maxReviewBytes
 
 // NewHTTPHandler serves h at an admission path. It checks the envelope before controller-runtime
 // decodes it, because that decoder answers any apiVersion and kind (it would answer
@@ -31,7 +39,12 @@ func NewHTTPHandler(h *Handler) http.Handler {
 		limit = DefaultMaxInFlight
 	}
 	slots := make(chan struct{}, limit)
+	bodies := semaphore.NewWeighted(maxBodyBytesInFlight)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxReviewBytes {
+			http.Error(w, fmt.Sprintf("request larger than %d bytes", maxReviewBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
 		ctx, cancel := requestDeadline(r, h.LookupTimeout)
 		defer cancel()
 		select {
@@ -41,6 +54,15 @@ func NewHTTPHandler(h *Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("the guard is working on %d reviews already; try again", limit), http.StatusTooManyRequests)
 			return
 		}
+		weight := r.ContentLength
+		if weight < 0 {
+			weight = maxReviewBytes
+		}
+		if err := bodies.Acquire(ctx, weight); err != nil {
+			http.Error(w, "the guard holds as many large reviews as it may; try again", http.StatusTooManyRequests)
+			return
+		}
+		defer bodies.Release(weight)
 		r = r.WithContext(ctx)
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)

@@ -170,6 +170,15 @@ func TestRedTeam(t *testing.T) {
 		refused(t, "armed StatefulSet controlled by a ConfigMap, no Lease", err, "ehdb-shard-00000007 (shard 7) does not exist")
 	})
 
+	t.Run("a forged Deployment owner exempts no ReplicaSet", func(t *testing.T) {
+		s := rt.writer("forged", wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "7")) // no Lease for shard 7
+		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "forged-rs", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "apps/v1", Kind: "Deployment", Name: "no-such-deployment", UID: "00000000-0000-0000-0000-00000000f0f0", Controller: ptr.To(true)}}},
+			Spec: appsv1.ReplicaSetSpec{Selector: s.Spec.Selector, Template: s.Spec.Template}}
+		_, err := cs.AppsV1().ReplicaSets(rt.ns).Create(ctx, rs, dryRunCreate)
+		refused(t, "armed ReplicaSet naming a Deployment that does not exist", err, "ehdb-shard-00000007 (shard 7) does not exist")
+	})
+
 	t.Run("an old value that cannot be known is not armed", func(t *testing.T) {
 		l := rt.liveLease(t, 5)
 		fromSecret := func(s *appsv1.StatefulSet) {

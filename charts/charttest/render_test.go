@@ -204,8 +204,8 @@ func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
 	reads := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{"batch"}, Resources: []string{"cronjobs", "jobs"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"batch"}, Resources: []string{"cronjobs", "jobs"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	tlsVerbs := []string{"get", "list", "watch", "update", "patch"}
 	vwcRule := rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"},

@@ -15,9 +15,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
@@ -258,10 +260,13 @@ type watches struct {
 	all     []*watched
 	leases  map[string]*watched
 	readers webhook.IndexReaders
+	// byKind: resource ("deployments") -> scope ("" = all namespaces) -> informer.
+	byKind map[string]map[string]*watched
+	cs     kubernetes.Interface
 }
 
 func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, log logr.Logger) (*watches, error) {
-	w := &watches{leases: map[string]*watched{}}
+	w := &watches{leases: map[string]*watched{}, byKind: map[string]map[string]*watched{}, cs: cs}
 	for _, ns := range guardedScopes(namespaces) {
 		if withLeases {
 			l, err := newWatched(leaseClient(cs), ns, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}, cache.TransformStripManagedFields(), log)
@@ -278,6 +283,10 @@ func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, l
 			}
 			w.readers = append(w.readers, r.informer.GetIndexer())
 			w.all = append(w.all, r)
+			if w.byKind[k.name] == nil {
+				w.byKind[k.name] = map[string]*watched{}
+			}
+			w.byKind[k.name][ns] = r
 		}
 	}
 	return w, nil
@@ -311,6 +320,51 @@ func (w *watches) ready(*http.Request) error {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+var _ webhook.Owners = (*watches)(nil)
+
+// OwnerExists implements webhook.Owners from the Deployment and CronJob watches, falling back to
+// a GET when the watch has not seen the object (it may have been created a moment ago, and its
+// controller is already creating the ReplicaSet or Job). Anything it cannot tell is unknown.
+func (w *watches) OwnerExists(kind, namespace, name string, uid types.UID) (bool, bool) {
+	var resource string
+	switch kind {
+	case "Deployment":
+		resource = "deployments"
+	case "CronJob":
+		resource = "cronjobs"
+	default:
+		return false, false
+	}
+	scopes := w.byKind[resource]
+	x, ok := scopes[namespace]
+	if !ok {
+		if x, ok = scopes[""]; !ok {
+			return false, false
+		}
+	}
+	if obj, found, err := x.informer.GetStore().GetByKey(namespace + "/" + name); err == nil && found {
+		if m, err := meta.Accessor(obj); err == nil {
+			return m.GetUID() == uid, true
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var got metav1.Object
+	var err error
+	if resource == "deployments" {
+		got, err = w.cs.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
+	} else {
+		got, err = w.cs.BatchV1().CronJobs(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, true
+	case err != nil:
+		return false, false
+	}
+	return got.GetUID() == uid, true
 }
 
 // leaseLister answers the resolver's Lease reads from the namespace's informer. A namespace not

@@ -105,6 +105,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		Metrics:     metrics,
 		Log:         log.WithName("guard"),
 		Readers:     w.readers,
+		Owners:      w,
 		MaxInFlight: o.maxInFlight,
 	}
 	mux := http.NewServeMux()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,8 @@ import (
 
 	"github.com/noetl/ehdb-election/cmd/ehdb-election/internal/status"
 	"github.com/noetl/ehdb-election/internal/testcluster"
+
+	"github.com/noetl/ehdb-election/internal/harness"
 )
 
 // The integration side of issue 13's `status`: every test here runs the command against the real
@@ -151,24 +152,6 @@ func TestStatusServerClockAgainstAPIServer(t *testing.T) {
 	}
 }
 
-// syncBuffer is the watch's stdout, read by the test while the command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // --watch redraws when a Lease changes: a writer takes the released shard 2, and the view shows
 // it without being asked again. The watch ends with its context, exit 0.
 func TestStatusWatchAgainstAPIServer(t *testing.T) {
@@ -179,7 +162,7 @@ func TestStatusWatchAgainstAPIServer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut harness.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"ehdb-election", "status", "--kubeconfig", c.Kubeconfig, "-n", ns, "--watch"}, &out, &errOut)

@@ -8,11 +8,12 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/noetl/ehdb-election/election"
+
+	"github.com/noetl/ehdb-election/internal/harness"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -23,32 +24,14 @@ func env(kv ...string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-// syncBuffer is a log sink the test may read while the writer writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startRun runs the writer in-process; cancelling stop plays SIGTERM. It returns the metrics address
 // and the exit code channel.
-func startRun(t *testing.T, lookup func(string) (string, bool), args ...string) (addr string, stop context.CancelFunc, code <-chan int, logs *syncBuffer) {
+func startRun(t *testing.T, lookup func(string) (string, bool), args ...string) (addr string, stop context.CancelFunc, code <-chan int, logs *harness.SyncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan int, 1)
-	logs = &syncBuffer{}
+	logs = &harness.SyncBuffer{}
 	go func() { done <- run(ctx, append([]string{"--metrics-addr=127.0.0.1:0"}, args...), lookup, logs, ready) }()
 	select {
 	case addr = <-ready:

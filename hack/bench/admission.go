@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -152,14 +150,14 @@ func (b *bench) measureAdmission(ctx context.Context) (admissionResult, error) {
 			if err := s.register(ctx, c.reg); err != nil {
 				return res, err
 			}
-			sum0, n0 := decisionTime(wh.MetricsURL)
+			sum0, n0 := decisionTimeOf(wh.MetricsURL, "allowed")
 			d, err := b.timeBlock(ctx, s, c)
 			if err != nil {
 				return res, err
 			}
 			samples[i] = append(samples[i], d...)
 			if c.out == &res.C {
-				sum1, n1 := decisionTime(wh.MetricsURL)
+				sum1, n1 := decisionTimeOf(wh.MetricsURL, "allowed")
 				decided += time.Duration((sum1 - sum0) * float64(time.Second))
 				decisionsSeen += n1 - n0
 			}
@@ -338,31 +336,6 @@ func statefulSetDecisions(metricsURL string) int64 {
 }
 
 var scrapeClient = &http.Client{Timeout: 5 * time.Second}
-
-// decisionTime reads the sum (seconds) and count of ehdb_webhook_decision_duration_seconds for
-// allowed StatefulSets from the webhook's /metrics; zeros if the scrape fails.
-func decisionTime(metricsURL string) (float64, uint64) {
-	resp, err := scrapeClient.Get(metricsURL)
-	if err != nil {
-		return 0, 0
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, 0
-	}
-	for _, m := range families["ehdb_webhook_decision_duration_seconds"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["kind"] == "StatefulSet" && labels["result"] == "allowed" {
-			return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
-		}
-	}
-	return 0, 0
-}
 
 // waitFor polls cond every 100 ms for up to 30 s.
 func waitFor(ctx context.Context, cond func() bool) error {

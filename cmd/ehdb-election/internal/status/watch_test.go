@@ -1,7 +1,6 @@
 package status
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,34 +24,18 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/internal/harness"
 )
-
-// syncBuffer is stdout/stderr shared between the command's goroutine and the test's.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // watchRun runs `status --watch` against the fake clientset until the returned stop is called;
 // stop returns the exit code.
-func watchRun(t *testing.T, cs kubernetes.Interface, clk clock.PassiveClock, args ...string) (stdout, stderr *syncBuffer, stop func() int) {
+func watchRun(t *testing.T, cs kubernetes.Interface, clk clock.PassiveClock, args ...string) (stdout, stderr *harness.SyncBuffer, stop func() int) {
 	t.Helper()
 	isolate(t)
 	// The kubeconfig names a server that is never contacted: the fake clientset replaces the client.
 	kc := kubeconfig(t, "http://127.0.0.1:1")
-	stdout, stderr = &syncBuffer{}, &syncBuffer{}
+	stdout, stderr = &harness.SyncBuffer{}, &harness.SyncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	done := make(chan int, 1)
 	go func() {
@@ -73,7 +56,7 @@ func watchRun(t *testing.T, cs kubernetes.Interface, clk clock.PassiveClock, arg
 
 // waitFor waits until the output holds want n times (the watch is bounded by the test's context,
 // not by a sleep).
-func waitFor(t *testing.T, what string, out *syncBuffer, want string, n int) {
+func waitFor(t *testing.T, what string, out *harness.SyncBuffer, want string, n int) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return strings.Count(out.String(), want) >= n, nil

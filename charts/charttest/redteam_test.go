@@ -95,12 +95,14 @@ func (rt *redTeam) writer(name string, opts ...func(*appsv1.StatefulSet)) *appsv
 	return s
 }
 
-// liveLease makes shard's Lease live, held and minted for the next five minutes.
+// liveLease makes shard's Lease live, held and minted for the next five minutes. It is written as
+// the writer's ServiceAccount: the chart's lease guard refuses anyone else.
 func (rt *redTeam) liveLease(t *testing.T, shard uint32) *coordinationv1.Lease {
 	t.Helper()
 	l := wt.LiveLease(rt.ns, shard, time.Now(), 1)
 	l.Spec.LeaseDurationSeconds = ptr.To[int32](300)
-	got, err := rt.cs.CoordinationV1().Leases(rt.ns).Create(context.Background(), l, metav1.CreateOptions{})
+	writer := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer")
+	got, err := writer.CoordinationV1().Leases(rt.ns).Create(context.Background(), l, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +198,10 @@ func TestRedTeam(t *testing.T) {
 			_, err = sts.Create(ctx, rt.writer("unknowable", wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "5"), fromSecret), metav1.CreateOptions{})
 			return err == nil, nil
 		})
-		// The election of shard 5 stops: the Lease is released.
+		// The election of shard 5 stops: the writer releases the Lease.
 		l.Spec.HolderIdentity = ptr.To("")
-		if _, err := cs.CoordinationV1().Leases(rt.ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		writer := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer")
+		if _, err := writer.CoordinationV1().Leases(rt.ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		// Turning the unknowable value into a literal enforce must face the order check.

@@ -703,11 +703,18 @@ func (s *sim) quietPhase() {
 	}
 	s.orphans = nil
 	s.settle()
+	// How far apart the clocks that wrote and read renewTimes are now: the offsets, plus what the
+	// rates and suspends (a suspended clock falls behind) have added since each process started.
+	// Every process counts, the dead too (the record may carry a dead writer's renewTime), and the
+	// true clock (an outsider's edit).
 	var minOff, maxOff time.Duration
+	for _, p := range s.procs {
+		off := p.clk.Now().Sub(s.clk.Now())
+		minOff, maxOff = min(minOff, off), max(maxOff, off)
+	}
 	longest := simLease
 	stored, _ := s.mem.Get(context.Background(), testLease)
 	for _, p := range s.live() {
-		minOff, maxOff = min(minOff, p.clk.offset), max(maxOff, p.clk.offset)
 		longest = max(longest, p.e.believed(p.e.d.rec), p.e.believed(stored), p.e.d.absentWait)
 	}
 	// An outsider may have written a renewTime in the future: the record then stays live (by the
@@ -716,10 +723,14 @@ func (s *sim) quietPhase() {
 	if l, err := s.mem.Get(context.Background(), testLease); err == nil && l.Spec.RenewTime != nil {
 		ahead = max(0, l.Spec.RenewTime.Sub(s.clk.Now()))
 	}
-	bound := longest + simRenew + (maxOff - minOff) + ahead + longest/50 + time.Second
-	const tick = 50 * time.Millisecond
+	bound := longest + simRenew + (maxOff - minOff) + ahead + 2*longest/50 + time.Second
 	for end := s.clk.Now().Add(bound); s.clk.Now().Before(end) && !s.failed; {
-		s.clk.Step(tick)
+		// As the drivers would: to the next instant one of them wakes, at least every second.
+		d := time.Second
+		if w, ok := s.nextWake(s.live()); ok {
+			d = min(max(w, time.Millisecond), d)
+		}
+		s.clk.Step(min(d, end.Sub(s.clk.Now())))
 		s.steps++
 		for _, p := range s.live() {
 			for p.w != nil {

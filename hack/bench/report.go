@@ -206,7 +206,7 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 	p("")
 	p("Health:")
 	p("")
-	p("| shards | all valid after | window | renewals (+ acquisitions), expected | write send → answer p50 / p99 / max | longest gap | **renewals missed** (elections) | late / lapsed / drops / lost / errors | client throttle waits | APF queue wait, 429s | load (1 min) |")
+	p("| shards | all valid after (each: p50, max) | window | renewals (+ acquisitions), expected | write send → answer p50 / p99 / max | longest gap | **renewals missed** (elections) | late / lapsed / drops / lost / errors | client throttle waits | APF queue wait, 429s | load (1 min) |")
 	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
 	for _, pt := range r.Points {
 		if pt.Window == 0 {
@@ -214,8 +214,8 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 		}
 		d := pt.Driver
 		expected := int(float64(pt.Elections) * d.Window.Seconds() / r.Renew.Seconds())
-		p("| %d | %s | %s | %d (+ %d), ≈ %d | %s / %s / %s | %s | **%d** (%d) %s | %d / %d / %d / %d / %d | %d (%s) | %s, %d | %s |",
-			pt.Elections, dur(pt.Startup), secs(pt.Window.Round(100*time.Millisecond)), d.Renewed, d.Acquired, expected,
+		p("| %d | %s (%s, %s) | %s | %d (+ %d), ≈ %d | %s / %s / %s | %s | **%d** (%d) %s | %d / %d / %d / %d / %d | %d (%s) | %s, %d | %s |",
+			pt.Elections, dur(pt.Startup), dur(pt.Acquire.P50), dur(pt.Acquire.Max), secs(pt.Window.Round(100*time.Millisecond)), d.Renewed, d.Acquired, expected,
 			dur(d.Latency.P50), dur(d.Latency.P99), dur(d.Latency.Max), dur(d.MaxGap),
 			d.Misses.Total(), d.ElectionsMissing, verdict(d.Misses.Total() == 0, "goal 0"),
 			d.Late, d.Lapsed, d.TokenDrops, d.Lost, d.Errors, d.ThrottleWaits, dur(d.ThrottleWaited),
@@ -226,7 +226,8 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 		"after the election's previous one, or none by the window's end; *lapsed*, such a gap longer than the token's validity "+
 		"(lease × 0.99); *drops*, Token().Valid seen going from true to false (sampled every 100 ms); *lost*, a round ending in "+
 		"outcome lost; *errors*, anything counted in ehdb_election_errors_total. Elections: how many had at least one. "+
-		"Latency is from a write's send to its answer, as the election saw it. Client throttle waits: requests that waited over 1 ms "+
+		"All valid after: from the first election's start (they start over one renew interval) until every one holds a valid token; "+
+		"each: an election's own time from its start to its acquisition's answer. Latency is from a write's send to its answer, as the election saw it. Client throttle waits: requests that waited over 1 ms "+
 		"in their client-side rate limiter. Others' CPU: the machine's busy time less kube-apiserver, etcd and the driver "+
 		"(the bench itself, kube-controller-manager, and anything else on the machine).", secs(r.Renew*3/2))
 	p("")
@@ -240,25 +241,43 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 	}
 }
 
-// limitHint names what bounded a point, from what was measured: a throttle that waited, or the
-// machine's CPU when nearly every core was busy, with the biggest consumers.
+// limitHint says whether a point held (no renewal missed) and, where it did not, what ran out
+// by the measures taken: a client-side throttle that waited, the API server's APF rejecting, or the
+// machine's CPU when nearly all of it was busy, naming the biggest consumer.
 func limitHint(pt scalePoint, cpus int) string {
-	var out []string
+	others := float64(cpus)*pt.MachineBusy - pt.APIServerCPU - max(pt.EtcdCPU, 0) - pt.DriverCPU
+	shares := fmt.Sprintf("kube-apiserver %.0f %%, etcd %s, driver %.0f %%, everything else %.0f %% of one core",
+		pt.APIServerCPU, pct(pt.EtcdCPU), pt.DriverCPU, others)
+	var limits []string
 	if pt.Driver.ThrottleWaits > 0 {
-		out = append(out, fmt.Sprintf("the client-side rate limiter held %d requests back (%s in all)", pt.Driver.ThrottleWaits, dur(pt.Driver.ThrottleWaited)))
+		limits = append(limits, fmt.Sprintf("the client-side rate limiter held %d requests back (%s in all)", pt.Driver.ThrottleWaits, dur(pt.Driver.ThrottleWaited)))
 	}
 	if pt.APFRejected > 0 {
-		out = append(out, fmt.Sprintf("API Priority and Fairness rejected %d requests", pt.APFRejected))
+		limits = append(limits, fmt.Sprintf("API Priority and Fairness rejected %d requests", pt.APFRejected))
 	}
-	busy := pt.MachineBusy >= 90
-	shares := fmt.Sprintf("kube-apiserver %.0f %%, etcd %s, driver %.0f %% of one core", pt.APIServerCPU, pct(pt.EtcdCPU), pt.DriverCPU)
-	if busy {
-		out = append(out, fmt.Sprintf("CPU: the machine's %d cores were %.0f %% busy (%s)", cpus, pt.MachineBusy, shares))
+	if pt.Driver.Misses.Total() == 0 {
+		held := fmt.Sprintf("held (0 missed) with the machine %.0f %% busy: %s", pt.MachineBusy, shares)
+		if len(limits) > 0 {
+			held += "; but " + strings.Join(limits, "; ")
+		}
+		return held
 	}
-	if len(out) == 0 {
-		return fmt.Sprintf("no resource ran out: machine %.0f %% busy (%s), no throttle waits, no 429s", pt.MachineBusy, shares)
+	if pt.MachineBusy >= 90 {
+		top, name := pt.APIServerCPU, "kube-apiserver"
+		for _, c := range []struct {
+			v float64
+			n string
+		}{{pt.EtcdCPU, "etcd"}, {pt.DriverCPU, "the driver"}, {others, "other processes"}} {
+			if c.v > top {
+				top, name = c.v, c.n
+			}
+		}
+		limits = append(limits, fmt.Sprintf("CPU: the machine's %d cores were %.0f %% busy, most of it %s (%s)", cpus, pt.MachineBusy, name, shares))
 	}
-	return strings.Join(out, "; ")
+	if len(limits) == 0 {
+		limits = append(limits, fmt.Sprintf("no throttle, no 429s and the machine %.0f %% busy (%s): see the driver's log", pt.MachineBusy, shares))
+	}
+	return "**stopped holding** (" + fmt.Sprint(pt.Driver.Misses.Total()) + " missed): " + strings.Join(limits, "; ")
 }
 
 func pct(v float64) string {

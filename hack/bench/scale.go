@@ -38,6 +38,7 @@ type scalePoint struct {
 	Err       error // the point did not complete; the fields below hold what was measured
 
 	Startup time.Duration // from the first election's start until every one held a valid token
+	Acquire summary       // each election's own time from its start to its first acquisition
 	Window  time.Duration // on the bench's clock, between the CPU readings
 	Load    string        // 1-minute load average at the window's end
 
@@ -128,7 +129,7 @@ func (b *bench) scalePoint(ctx context.Context, bin string, n, first int, api, e
 	if line.Ready == nil {
 		return fail(errors.New("the driver did not report ready"))
 	}
-	pt.Startup, pt.DriverBaseRSS, pt.DriverBaseHeap = line.Ready.Startup, line.Ready.BaseRSS, line.Ready.BaseHeap
+	pt.Startup, pt.Acquire, pt.DriverBaseRSS, pt.DriverBaseHeap = line.Ready.Startup, line.Ready.Acquire, line.Ready.BaseRSS, line.Ready.BaseHeap
 	// Out of the window: the start-up's creates and first acquisitions.
 	sleepCtx(ctx, renewSecs*time.Second)
 

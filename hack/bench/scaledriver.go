@@ -45,6 +45,8 @@ const scaleDriverFlag = "-scale-driver"
 // driverReady is the driver's first line.
 type driverReady struct {
 	Startup time.Duration // from the first election's start until every one held a valid token
+	// Acquire is each election's own time from its start to its first acquisition's answer.
+	Acquire summary
 	// Memory of the driver process before it created any client or election.
 	BaseRSS, BaseHeap uint64
 }
@@ -119,6 +121,11 @@ func runScaleDriver(args []string) int {
 		}
 	}
 	ready.Startup = time.Since(begin)
+	acquire := make([]time.Duration, len(drivers))
+	for i, d := range drivers {
+		acquire[i] = d.acquire()
+	}
+	ready.Acquire = summarize(acquire)
 	if err := out.Encode(driverLine{Ready: &ready}); err != nil {
 		return 1
 	}
@@ -194,6 +201,17 @@ type scaleDriver struct {
 	reg  *prometheus.Registry
 	name string
 	det  *missDetector
+
+	started  time.Time
+	mu       sync.Mutex
+	acquired time.Time // the answer to the first acquisition
+}
+
+// acquire is the time from the election's start to its first acquisition's answer.
+func (d *scaleDriver) acquire() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.acquired.Sub(d.started)
 }
 
 func startScaleDriver(ctx context.Context, rc *rest.Config, ns string, shard int, throttle *throttleStats, log *slog.Logger) (*scaleDriver, error) {
@@ -223,12 +241,20 @@ func startScaleDriver(ctx context.Context, rc *rest.Config, ns string, shard int
 	if ecfg.LeaseDuration != leaseSecs*time.Second || ecfg.RenewInterval != renewSecs*time.Second {
 		return nil, fmt.Errorf("the default timings are %s/%s, the bench expected %ds/%ds", ecfg.LeaseDuration, ecfg.RenewInterval, leaseSecs, renewSecs)
 	}
-	d := &scaleDriver{reg: prometheus.NewRegistry(), name: election.LeaseName(ecfg.Shard), det: newMissDetector(ecfg.LeaseDuration, ecfg.RenewInterval)}
+	d := &scaleDriver{reg: prometheus.NewRegistry(), name: election.LeaseName(ecfg.Shard), det: newMissDetector(ecfg.LeaseDuration, ecfg.RenewInterval),
+		started: time.Now()}
 	d.e, err = election.Start(ctx, election.NewKubeStore(client, ns), ecfg, election.Options{
 		Identity:   election.NewIdentity(fmt.Sprintf("bench-scale-%d", shard)),
 		Registerer: d.reg,
 		Logger:     log,
 		OnEvent: func(ev election.Event) {
+			if ev.Outcome == election.Acquired {
+				d.mu.Lock()
+				if d.acquired.IsZero() {
+					d.acquired = ev.From
+				}
+				d.mu.Unlock()
+			}
 			if ev.Outcome == election.Acquired || ev.Outcome == election.Renewed {
 				// Until is the write's send time + the token's validity (lease × 0.99, not the
 				// lease duration as Event's comment says); the answer arrived just now.

@@ -169,9 +169,9 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 		"as the chart's writer ServiceAccount, lease %s / renew %s, started evenly over one renew interval on fresh shards. "+
 		"After every election holds a valid token and one renew interval more, one steady-state window is measured. "+
 		"CPU is from /proc/<pid>/stat of each process over the window (100 %% = one core; 1 %% = 10 mCPU); at rest, with no "+
-		"elections, kube-apiserver used %.1f %% and etcd %s over %s. The local etcd runs with --unsafe-no-fsync, so disk "+
+		"elections, kube-apiserver used %.1f %% (resident set %.0f MiB) and etcd %s over %s. The local etcd runs with --unsafe-no-fsync, so disk "+
 		"sync is not part of these figures.",
-		secs(r.Lease), secs(r.Renew), r.IdleCPU, pct(r.EtcdIdleCPU), secs(r.IdleWindow))
+		secs(r.Lease), secs(r.Renew), r.IdleCPU, mib(r.IdleRSS), pct(r.EtcdIdleCPU), secs(r.IdleWindow))
 	if r.Stall > 0 {
 		p("")
 		p("**Validation run:** the driver process was stopped (SIGSTOP) for %s a third into each window; every election must show a miss.", secs(r.Stall))
@@ -179,11 +179,11 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 	p("")
 	p("Cost:")
 	p("")
-	p("| shards | Lease writes/s (per shard) | kube-apiserver CPU (mCPU/shard) | etcd CPU (mCPU/shard) | driver CPU (mCPU/shard) | driver memory per shard: RSS, heap | others' CPU | machine busy (steal) |")
-	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	p("| shards | Lease writes/s (per shard) | kube-apiserver CPU (mCPU/shard) | etcd CPU (mCPU/shard) | driver CPU (mCPU/shard) | driver memory per shard: RSS, heap | kube-apiserver RSS | others' CPU | machine busy (steal) |")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, pt := range r.Points {
 		if pt.Window == 0 {
-			p("| %d | **failed:** %v | | | | | | |", pt.Elections, pt.Err)
+			p("| %d | **failed:** %v | | | | | | | |", pt.Elections, pt.Err)
 			continue
 		}
 		mcpu := func(v float64) string {
@@ -199,9 +199,9 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 			return fmt.Sprintf("%.0f KiB", pt.perShard(float64(v-base))/1024)
 		}
 		others := float64(cpus)*pt.MachineBusy - pt.APIServerCPU - max(pt.EtcdCPU, 0) - pt.DriverCPU
-		p("| %d | %.1f (%.3f) | %s | %s | %s | %s, %s | %.0f %% | %.0f %% of %d cores (%.1f %%) |", pt.Elections,
+		p("| %d | %.1f (%.3f) | %s | %s | %s | %s, %s | %.0f MiB | %.0f %% | %.0f %% of %d cores (%.1f %%) |", pt.Elections,
 			pt.WritesPerSec, pt.perShard(pt.WritesPerSec), mcpu(pt.APIServerCPU), mcpu(pt.EtcdCPU), mcpu(pt.DriverCPU),
-			perShard(pt.DriverRSS, pt.DriverBaseRSS), perShard(pt.DriverHeap, pt.DriverBaseHeap), others, pt.MachineBusy, cpus, pt.MachineSteal)
+			perShard(pt.DriverRSS, pt.DriverBaseRSS), perShard(pt.DriverHeap, pt.DriverBaseHeap), mib(pt.APIServerRSS), others, pt.MachineBusy, cpus, pt.MachineSteal)
 	}
 	p("")
 	p("Health:")
@@ -279,6 +279,8 @@ func limitHint(pt scalePoint, cpus int) string {
 	}
 	return "**stopped holding** (" + fmt.Sprint(pt.Driver.Misses.Total()) + " missed): " + strings.Join(limits, "; ")
 }
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 func pct(v float64) string {
 	if v < 0 {

@@ -28,6 +28,7 @@ type scaleResult struct {
 	IdleCPU      float64 // kube-apiserver with no elections running, % of one core
 	EtcdIdleCPU  float64 // etcd at the same time; -1 when its process was not found
 	IdleWindow   time.Duration
+	IdleRSS      uint64        // kube-apiserver's resident set at rest
 	Stall        time.Duration // the driver process was stopped this long in each window (-scale-stall)
 	Points       []scalePoint
 }
@@ -53,6 +54,7 @@ type scalePoint struct {
 	DriverRSS, DriverBaseRSS   uint64 // the driver process with the elections, and before any
 	DriverHeap, DriverBaseHeap uint64 // live heap after a GC, likewise
 	Goroutines                 int
+	APIServerRSS               uint64 // kube-apiserver's resident set at the window's end
 
 	Driver driverResult // the driver's own account of the window (renewals, misses, latency, throttle)
 
@@ -80,6 +82,7 @@ func (b *bench) measureScale(ctx context.Context) (scaleResult, error) {
 	sleepCtx(ctx, b.opts.idleWindow)
 	p1 := readCPU(api, etcd, 0)
 	res.IdleCPU = percentOfCore(p1.api-p0.api, p1.at.Sub(p0.at))
+	res.IdleRSS = procRSS(api)
 	if etcd != 0 {
 		res.EtcdIdleCPU = percentOfCore(p1.etcd-p0.etcd, p1.at.Sub(p0.at))
 	}
@@ -161,6 +164,7 @@ func (b *bench) scalePoint(ctx context.Context, bin string, n, first int, api, e
 	pt.Writes, err = countLeaseWrites(ctx, b.cs, namespace, func(name string) bool { return names[name] }, b.opts.scaleWindow)
 	<-stalled
 	c1 := readCPU(api, etcd, d.pid())
+	pt.APIServerRSS = procRSS(api)
 	pt.Load = loadAverage()
 	if err != nil {
 		return fail(err)

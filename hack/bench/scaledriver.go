@@ -135,12 +135,14 @@ func runScaleDriver(args []string) int {
 	if !expect("begin") {
 		return 0
 	}
+	// The window runs from before the first reading of the counters to after the last, so that
+	// every renewal they count falls in it.
+	start := time.Now()
 	before, err := gatherCounters(drivers)
 	if err != nil {
 		return fail(err)
 	}
 	waits0, waited0 := throttle.read()
-	start := time.Now()
 	for _, d := range drivers {
 		d.det.Begin(start)
 	}
@@ -154,13 +156,13 @@ func runScaleDriver(args []string) int {
 	if !expect("end") {
 		return 0
 	}
-	end := time.Now()
 	stopSampling()
 	drops := <-sampled
 	after, err := gatherCounters(drivers)
 	if err != nil {
 		return fail(err)
 	}
+	end := time.Now()
 	res := driverResult{Window: end.Sub(start)}
 	var lat []time.Duration
 	for i, d := range drivers {

@@ -227,8 +227,8 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 		"(lease × 0.99); *drops*, Token().Valid seen going from true to false (sampled every 100 ms); *lost*, a round ending in "+
 		"outcome lost; *errors*, anything counted in ehdb_election_errors_total. Elections: how many had at least one. "+
 		"All valid after: from the first election's start (they start over one renew interval) until every one holds a valid token; "+
-		"each: an election's own time from its start to its acquisition's answer. Latency is from a write's send to its answer, as the election saw it. Client throttle waits: requests that waited over 1 ms "+
-		"in their client-side rate limiter. Others' CPU: the machine's busy time less kube-apiserver, etcd and the driver "+
+		"each: an election's own time from its start to its acquisition's answer. Latency is from a write's send to its answer, as the election saw it. Client throttle waits: requests their client-side rate limiter "+
+		"held back (its bucket had no token), and the time they waited. Others' CPU: the machine's busy time less kube-apiserver, etcd and the driver "+
 		"(the bench itself, kube-controller-manager, and anything else on the machine).", secs(r.Renew*3/2))
 	p("")
 	for _, pt := range r.Points {

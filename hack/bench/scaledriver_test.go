@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // TestMissDetector feeds one election's successful writes (send times, in seconds from the
@@ -64,5 +67,25 @@ func TestMissesTotal(t *testing.T) {
 	}
 	if (Misses{MaxGap: time.Hour}).Any() {
 		t.Error("a long gap alone is not a miss: Late and Lapsed classify it")
+	}
+}
+
+// TestCountingLimiter: requests that find a token are not counted, however slow the machine;
+// every request the bucket holds back is, with the time it waited.
+func TestCountingLimiter(t *testing.T) {
+	stats := &throttleStats{}
+	l := &countingLimiter{RateLimiter: flowcontrol.NewTokenBucketRateLimiter(20, 3), stats: stats}
+	for range 5 {
+		if err := l.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waits, waited := stats.read()
+	if waits != 2 {
+		t.Errorf("%d requests counted as held back, want 2 (a burst of 3, then 5 requests)", waits)
+	}
+	// Two tokens at 20/s: the second comes 100 ms after the burst.
+	if d := time.Duration(waited); d < 60*time.Millisecond {
+		t.Errorf("held back for %s in all, want about 100ms", d)
 	}
 }

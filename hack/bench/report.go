@@ -183,7 +183,7 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, pt := range r.Points {
 		if pt.Window == 0 {
-			p("| %d | **failed:** %v | | | | | | | |", pt.Elections, pt.Err)
+			p("| %d | **failed** (below) | | | | | | | |", pt.Elections)
 			continue
 		}
 		mcpu := func(v float64) string {
@@ -232,11 +232,22 @@ func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 		"(the bench itself, kube-controller-manager, and anything else on the machine).", secs(r.Renew*3/2))
 	p("")
 	for _, pt := range r.Points {
-		if pt.Err != nil && pt.Window > 0 {
-			p("- %d shards: **incomplete:** %v", pt.Elections, pt.Err)
+		if pt.Err != nil {
+			p("- %d shards: **failed:** %v", pt.Elections, pt.Err)
 		}
 		if pt.Window > 0 {
 			p("- %d shards: %s", pt.Elections, limitHint(pt, cpus))
+		}
+		if len(pt.APFRejectedBy) > 0 {
+			var by []string
+			for _, k := range slices.Sorted(maps.Keys(pt.APFRejectedBy)) {
+				by = append(by, fmt.Sprintf("%s %d", k, pt.APFRejectedBy[k]))
+			}
+			p("- %d shards: 429s by flow schema/priority level/reason (client-go retries them): %s", pt.Elections, strings.Join(by, ", "))
+		}
+		if c := pt.StartupCPU; c.Over > 0 {
+			p("- %d shards, start-up (%s): kube-apiserver %.0f %%, etcd %.0f %%, driver %.0f %% of one core; machine %.0f %% busy",
+				pt.Elections, dur(c.Over), c.APIServer, c.Etcd, c.Driver, c.Machine)
 		}
 	}
 }

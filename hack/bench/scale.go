@@ -60,6 +60,13 @@ type scalePoint struct {
 
 	APFWait     time.Duration // mean time a request waited in API Priority and Fairness queues
 	APFRejected int           // requests the API server rejected (429) in the window
+	// APFRejectedBy counts them by "flow schema/priority level/reason" (client-go retries a 429
+	// on its own, so an election sees a slower answer, not an error).
+	APFRejectedBy map[string]int
+
+	// StartupCPU is the same processes' CPU from the driver's start until every election held a
+	// valid token, or until the driver gave up: where a point never gets going, this says why.
+	StartupCPU cpuShare
 }
 
 // perShard divides a total by the point's elections.
@@ -113,6 +120,7 @@ func (b *bench) scalePoint(ctx context.Context, bin string, n, first int, api, e
 	pt.Elections = n
 	b.step("scale: %d elections (shards %#x…), starting them over %ds", n, first, renewSecs)
 	logPath := filepath.Join(b.dir, fmt.Sprintf("scale-%d.log", n))
+	s0 := readCPU(api, etcd, 0)
 	d, err := startDriver(bin, logPath, "-kubeconfig", b.writerKubeconfig, "-namespace", namespace,
 		"-elections", strconv.Itoa(n), "-first-shard", strconv.Itoa(first))
 	if err != nil {
@@ -126,6 +134,7 @@ func (b *bench) scalePoint(ctx context.Context, bin string, n, first int, api, e
 	}
 
 	line, err := d.read(ctx, 4*time.Minute)
+	pt.StartupCPU = share(s0, readCPU(api, etcd, d.pid()))
 	if err != nil {
 		return fail(err)
 	}
@@ -179,7 +188,15 @@ func (b *bench) scalePoint(ctx context.Context, bin string, n, first int, api, e
 		if waits := apf1.waits - apf0.waits; waits > 0 {
 			pt.APFWait = time.Duration((apf1.waited - apf0.waited) / waits * float64(time.Second))
 		}
-		pt.APFRejected = int(apf1.rejected - apf0.rejected)
+		for k, v := range apf1.rejected {
+			if n := int(v - apf0.rejected[k]); n > 0 {
+				if pt.APFRejectedBy == nil {
+					pt.APFRejectedBy = map[string]int{}
+				}
+				pt.APFRejectedBy[k] = n
+				pt.APFRejected += n
+			}
+		}
 	}
 
 	pt.Driver = *line.Result
@@ -313,6 +330,25 @@ func readCPU(api, etcd, driver int) cpuReading {
 	return r
 }
 
+// cpuShare is the processes' CPU between two readings, % of one core, and the machine's busy
+// time, % of all cores.
+type cpuShare struct {
+	Over                             time.Duration
+	APIServer, Etcd, Driver, Machine float64
+}
+
+// share is the CPU between two readings; the driver's is all of its CPU time when a is from before
+// it started.
+func share(a, b cpuReading) cpuShare {
+	wall := b.at.Sub(a.at)
+	c := cpuShare{Over: wall, APIServer: percentOfCore(b.api-a.api, wall), Etcd: percentOfCore(b.etcd-a.etcd, wall),
+		Driver: percentOfCore(b.driver-a.driver, wall)}
+	if total := b.machine.total - a.machine.total; total > 0 {
+		c.Machine = 100 * float64(b.machine.busy-a.machine.busy) / float64(total)
+	}
+	return c
+}
+
 // machineCPU is the first line of /proc/stat in clock ticks: all CPUs together.
 type machineCPU struct{ busy, steal, total int64 }
 
@@ -372,8 +408,8 @@ func childNamed(comm string) int {
 
 // apf is the API server's API Priority and Fairness counters, summed over priority levels.
 type apf struct {
-	waits, waited float64 // requests that went through a queue's wait, and their total seconds
-	rejected      float64
+	waits, waited float64            // requests that went through a queue's wait, and their total seconds
+	rejected      map[string]float64 // by "flow schema/priority level/reason"
 }
 
 func apfStats(ctx context.Context, cs kubernetes.Interface) (apf, error) {
@@ -394,8 +430,13 @@ func apfStats(ctx context.Context, cs kubernetes.Interface) (apf, error) {
 		}
 	}
 	if f, ok := families["apiserver_flowcontrol_rejected_requests_total"]; ok {
+		a.rejected = map[string]float64{}
 		for _, m := range f.GetMetric() {
-			a.rejected += m.GetCounter().GetValue()
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			a.rejected[l["flow_schema"]+"/"+l["priority_level"]+"/"+l["reason"]] += m.GetCounter().GetValue()
 		}
 	}
 	return a, nil

@@ -189,12 +189,12 @@ func (b *bench) scalePoint(ctx context.Context, bin string, n, first int, api, e
 			pt.APFWait = time.Duration((apf1.waited - apf0.waited) / waits * float64(time.Second))
 		}
 		for k, v := range apf1.rejected {
-			if n := int(v - apf0.rejected[k]); n > 0 {
+			if rejected := int(v - apf0.rejected[k]); rejected > 0 {
 				if pt.APFRejectedBy == nil {
 					pt.APFRejectedBy = map[string]int{}
 				}
-				pt.APFRejectedBy[k] = n
-				pt.APFRejected += n
+				pt.APFRejectedBy[k] = rejected
+				pt.APFRejected += rejected
 			}
 		}
 	}

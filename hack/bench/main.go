@@ -1,6 +1,7 @@
 // Command bench is `make bench`: it measures, in one run on this machine, the election's and the
 // webhook's micro-benchmarks, failover on the local control plane for ehdb-election and for
-// client-go's tools/leaderelection side by side, 500 elections against one API server, and the
+// client-go's tools/leaderelection side by side, how the cost of 100 to 1,000 shard elections
+// against one API server grows (`-only scale -scale-points …` runs that curve alone), and the
 // webhook's admission latency against a no-op webhook, and prints a Markdown report (also written
 // to <out>/report-<timestamp>.md and <out>/latest.md). It reports numbers; it asserts none.
 //
@@ -18,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,8 +40,9 @@ type options struct {
 	trials      int           // failover trials per scenario and implementation
 	steady      time.Duration // failover steady-state window
 	stagger     time.Duration // between the signals of successive failover trials
-	scale       int           // elections in the scale test
-	scaleWindow time.Duration
+	scalePoints []int         // elections at each point of the scale curve
+	scaleWindow time.Duration // steady-state window of each point
+	scaleStall  time.Duration // stop the scale driver this long in each window (validates the miss detector)
 	idleWindow  time.Duration // kube-apiserver at rest, for comparison
 	requests    int           // admission requests per configuration
 	concurrency int
@@ -53,10 +56,10 @@ var sections = []string{"micro", "admission", "budget", "failover", "scale"}
 func defaultOptions(quick bool) options {
 	if quick {
 		return options{quick: true, benchtime: "100ms", trials: 5, steady: 10 * time.Second, stagger: 250 * time.Millisecond,
-			scale: 100, scaleWindow: 10 * time.Second, idleWindow: 3 * time.Second, requests: 200, concurrency: 8, warmup: 50, rounds: 2}
+			scalePoints: []int{50, 100}, scaleWindow: 10 * time.Second, idleWindow: 3 * time.Second, requests: 200, concurrency: 8, warmup: 50, rounds: 2}
 	}
 	return options{trials: 20, steady: 20 * time.Second, stagger: 250 * time.Millisecond,
-		scale: 500, scaleWindow: 30 * time.Second, idleWindow: 10 * time.Second, requests: 1000, concurrency: 8, warmup: 250, rounds: 5}
+		scalePoints: []int{100, 250, 500, 1000}, scaleWindow: 30 * time.Second, idleWindow: 10 * time.Second, requests: 1000, concurrency: 8, warmup: 250, rounds: 5}
 }
 
 func (o options) runs(section string) bool {
@@ -67,11 +70,32 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == candidateFlag {
 		os.Exit(runCandidate(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == scaleDriverFlag {
+		os.Exit(runScaleDriver(os.Args[2:]))
+	}
 	out := flag.String("out", ".cache/bench", "folder for the reports and this run's logs (relative: to the repository root)")
 	quick := flag.Bool("quick", false, "a fast sanity run: fewer trials, fewer elections, shorter windows")
 	only := flag.String("only", "", "run only these sections, comma-separated: "+strings.Join(sections, ","))
+	points := flag.String("scale-points", "", "the scale section's points, elections each, comma-separated (default 100,250,500,1000; -quick 50,100)")
+	window := flag.Duration("scale-window", 0, "the scale section's steady-state window per point (default 30s; -quick 10s)")
+	stall := flag.Duration("scale-stall", 0, "stop the scale driver process (SIGSTOP) this long in each window: every election must show a miss")
 	flag.Parse()
 	opts := defaultOptions(*quick)
+	if *points != "" {
+		opts.scalePoints = nil
+		for _, s := range strings.Split(*points, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "bench: -scale-points: %q is not a number of elections\n", s)
+				os.Exit(2)
+			}
+			opts.scalePoints = append(opts.scalePoints, n)
+		}
+	}
+	if *window > 0 {
+		opts.scaleWindow = *window
+	}
+	opts.scaleStall = *stall
 	if *only != "" {
 		for _, s := range strings.Split(*only, ",") {
 			if !slices.Contains(sections, s) {
@@ -139,9 +163,7 @@ func run(ctx context.Context, opts options, stdout io.Writer) (err error) {
 	}
 	if opts.runs("scale") && ctx.Err() == nil {
 		r, err := b.measureScale(ctx)
-		if rep.ScaleErr = err; err == nil {
-			rep.Scale = &r
-		}
+		rep.Scale, rep.ScaleErr = &r, err
 	}
 	b.cleanup()
 

@@ -57,7 +57,7 @@ func render(r *report) string {
 		renderFailover(p, r.Failover, r.FailoverErrs, r.Opts)
 	}
 	if r.Opts.runs("scale") {
-		renderScale(p, r.Scale, r.ScaleErr)
+		renderScale(p, r.Scale, r.ScaleErr, m.CPUs)
 	}
 	if r.Opts.runs("admission") {
 		renderAdmission(p, r.Admission, r.AdmissionErr)
@@ -156,28 +156,151 @@ func renderFailover(p func(string, ...any), rs []failoverResult, errs []error, o
 	}
 }
 
-func renderScale(p func(string, ...any), r *scaleResult, err error) {
+func renderScale(p func(string, ...any), r *scaleResult, err error, cpus int) {
 	p("")
-	p("## Scale")
+	p("## Scale: how cost grows with the number of shards")
 	p("")
-	if r == nil {
+	if err != nil {
 		p("**Failed:** %v", err)
+		p("")
+	}
+	if r == nil || len(r.Points) == 0 {
 		return
 	}
-	p("%d shard elections in one process (each with its own client, connection and metrics registry, as separate "+
-		"writers would have), lease %s / renew %s, started evenly over one renew interval; all held a valid token %s after the first started.",
-		r.Elections, secs(r.Lease), secs(r.Renew), dur(r.Startup))
+	p("Each point runs its shard elections in one driver process of its own (each election with its own client, "+
+		"connection, client-go default rate limiter of 5 QPS / burst 10, and metrics registry, as separate writers would have), "+
+		"as the chart's writer ServiceAccount, lease %s / renew %s, started evenly over one renew interval on fresh shards. "+
+		"After every election holds a valid token and one renew interval more, one steady-state window is measured. "+
+		"CPU is from /proc/<pid>/stat of each process over the window (100 %% = one core; 1 %% = 10 mCPU); at rest, with no "+
+		"elections, kube-apiserver used %.1f %% (resident set %.0f MiB) and etcd %s over %s. The local etcd runs with --unsafe-no-fsync, so disk "+
+		"sync is not part of these figures.",
+		secs(r.Lease), secs(r.Renew), r.IdleCPU, mib(r.IdleRSS), pct(r.EtcdIdleCPU), secs(r.IdleWindow))
+	if r.Stall > 0 {
+		p("")
+		p("**Validation run:** the driver process was stopped (SIGSTOP) for %s a third into each window; every election must show a miss.", secs(r.Stall))
+	}
 	p("")
-	p("| measure | value |")
-	p("| --- | --- |")
-	p("| steady-state window | %s |", secs(r.Window.Round(100*time.Millisecond)))
-	p("| Lease writes | %d: %.1f/s, %.3f/s per election (one renewal per %s = %.3f/s) |", r.Writes, r.WritesPerSec, r.WritesPerElection, secs(r.Renew), 1/r.Renew.Seconds())
-	p("| kube-apiserver CPU | %.1f %% of one core (at rest, no elections: %.1f %% over %s) |", r.APIServerCPU, r.IdleCPU, secs(r.IdleWindow))
-	p("| the %d drivers' process CPU | %.1f %% of one core |", r.Elections, r.DriversCPU)
-	p("| renewals | %d in the window (expected ≈ %d) |", r.Renewed, r.Expected)
-	p("| longest gap between an election's successful writes | %s |", dur(r.MaxGap))
-	p("| **renewals missed** | **%d** (%s): late (gap > 1.5 × renew) %d, token_valid drops %d, lost %d, errors %d |",
-		r.Missed(), verdict(r.Missed() == 0, "goal 0"), r.Late, r.TokenDrops, r.Lost, r.Errors)
+	p("Cost:")
+	p("")
+	p("| shards | Lease writes/s (per shard) | kube-apiserver CPU (mCPU/shard) | etcd CPU (mCPU/shard) | driver CPU (mCPU/shard) | driver memory per shard: RSS, heap | kube-apiserver RSS | others' CPU | machine busy (steal) |")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, pt := range r.Points {
+		if pt.Window == 0 {
+			p("| %d | **failed** (below) | | | | | | | |", pt.Elections)
+			continue
+		}
+		mcpu := func(v float64) string {
+			if v < 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%.1f %% (%.2f)", v, pt.perShard(10*v))
+		}
+		perShard := func(v, base uint64) string {
+			if v < base {
+				return "—"
+			}
+			return fmt.Sprintf("%.0f KiB", pt.perShard(float64(v-base))/1024)
+		}
+		others := float64(cpus)*pt.MachineBusy - pt.APIServerCPU - max(pt.EtcdCPU, 0) - pt.DriverCPU
+		p("| %d | %.1f (%.3f) | %s | %s | %s | %s, %s | %.0f MiB | %.0f %% | %.0f %% of %d cores (%.1f %%) |", pt.Elections,
+			pt.WritesPerSec, pt.perShard(pt.WritesPerSec), mcpu(pt.APIServerCPU), mcpu(pt.EtcdCPU), mcpu(pt.DriverCPU),
+			perShard(pt.DriverRSS, pt.DriverBaseRSS), perShard(pt.DriverHeap, pt.DriverBaseHeap), mib(pt.APIServerRSS), others, pt.MachineBusy, cpus, pt.MachineSteal)
+	}
+	p("")
+	p("Health:")
+	p("")
+	p("| shards | all valid after (each: p50, max) | window | renewals (+ acquisitions), expected | write send → answer p50 / p99 / max | longest gap | **renewals missed** (elections) | late / lapsed / drops / lost / errors | client throttle waits | APF queue wait, 429s | load (1 min) |")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+	for _, pt := range r.Points {
+		if pt.Window == 0 {
+			continue
+		}
+		d := pt.Driver
+		expected := int(float64(pt.Elections) * d.Window.Seconds() / r.Renew.Seconds())
+		p("| %d | %s (%s, %s) | %s | %d (+ %d), ≈ %d | %s / %s / %s | %s | **%d** (%d) %s | %d / %d / %d / %d / %d | %d (%s) | %s, %d | %s |",
+			pt.Elections, dur(pt.Startup), dur(pt.Acquire.P50), dur(pt.Acquire.Max), secs(pt.Window.Round(100*time.Millisecond)), d.Renewed, d.Acquired, expected,
+			dur(d.Latency.P50), dur(d.Latency.P99), dur(d.Latency.Max), dur(d.MaxGap),
+			d.Misses.Total(), d.ElectionsMissing, verdict(d.Misses.Total() == 0, "goal 0"),
+			d.Late, d.Lapsed, d.TokenDrops, d.Lost, d.Errors, d.ThrottleWaits, dur(d.ThrottleWaited),
+			dur(pt.APFWait), pt.APFRejected, pt.Load)
+	}
+	p("")
+	p("A renewal is **missed** when any of these happens in the window: *late*, a successful write sent more than renew × 1.5 (%s) "+
+		"after the election's previous one, or none by the window's end; *lapsed*, such a gap longer than the token's validity "+
+		"(lease × 0.99); *drops*, Token().Valid seen going from true to false (sampled every 100 ms); *lost*, a round ending in "+
+		"outcome lost; *errors*, anything counted in ehdb_election_errors_total. Elections: how many had at least one. "+
+		"All valid after: from the first election's start (they start over one renew interval) until every one holds a valid token; "+
+		"each: an election's own time from its start to its acquisition's answer. Latency is from a write's send to its answer, as the election saw it. Client throttle waits: requests their client-side rate limiter "+
+		"held back (its bucket had no token), and the time they waited. Others' CPU: the machine's busy time less kube-apiserver, etcd and the driver "+
+		"(the bench itself, kube-controller-manager, and anything else on the machine).", secs(r.Renew*3/2))
+	p("")
+	for _, pt := range r.Points {
+		if pt.Err != nil {
+			p("- %d shards: **failed:** %v", pt.Elections, pt.Err)
+		}
+		if pt.Window > 0 {
+			p("- %d shards: %s", pt.Elections, limitHint(pt, cpus))
+		}
+		if len(pt.APFRejectedBy) > 0 {
+			var by []string
+			for _, k := range slices.Sorted(maps.Keys(pt.APFRejectedBy)) {
+				by = append(by, fmt.Sprintf("%s %d", k, pt.APFRejectedBy[k]))
+			}
+			p("- %d shards: 429s by flow schema/priority level/reason (client-go retries them): %s", pt.Elections, strings.Join(by, ", "))
+		}
+		if c := pt.StartupCPU; c.Over > 0 {
+			p("- %d shards, start-up (%s): kube-apiserver %.0f %%, etcd %.0f %%, driver %.0f %% of one core; machine %.0f %% busy",
+				pt.Elections, dur(c.Over), c.APIServer, c.Etcd, c.Driver, c.Machine)
+		}
+	}
+}
+
+// limitHint says whether a point held (no renewal missed) and, where it did not, what ran out
+// by the measures taken: a client-side throttle that waited, the API server's APF rejecting, or the
+// machine's CPU when nearly all of it was busy, naming the biggest consumer.
+func limitHint(pt scalePoint, cpus int) string {
+	others := float64(cpus)*pt.MachineBusy - pt.APIServerCPU - max(pt.EtcdCPU, 0) - pt.DriverCPU
+	shares := fmt.Sprintf("kube-apiserver %.0f %%, etcd %s, driver %.0f %%, everything else %.0f %% of one core",
+		pt.APIServerCPU, pct(pt.EtcdCPU), pt.DriverCPU, others)
+	var limits []string
+	if pt.Driver.ThrottleWaits > 0 {
+		limits = append(limits, fmt.Sprintf("the client-side rate limiter held %d requests back (%s in all)", pt.Driver.ThrottleWaits, dur(pt.Driver.ThrottleWaited)))
+	}
+	if pt.APFRejected > 0 {
+		limits = append(limits, fmt.Sprintf("API Priority and Fairness rejected %d requests", pt.APFRejected))
+	}
+	if pt.Driver.Misses.Total() == 0 {
+		held := fmt.Sprintf("held (0 missed) with the machine %.0f %% busy: %s", pt.MachineBusy, shares)
+		if len(limits) > 0 {
+			held += "; but " + strings.Join(limits, "; ")
+		}
+		return held
+	}
+	if pt.MachineBusy >= 90 {
+		top, name := pt.APIServerCPU, "kube-apiserver"
+		for _, c := range []struct {
+			v float64
+			n string
+		}{{pt.EtcdCPU, "etcd"}, {pt.DriverCPU, "the driver"}, {others, "other processes"}} {
+			if c.v > top {
+				top, name = c.v, c.n
+			}
+		}
+		limits = append(limits, fmt.Sprintf("CPU: the machine's %d cores were %.0f %% busy, most of it %s (%s)", cpus, pt.MachineBusy, name, shares))
+	}
+	if len(limits) == 0 {
+		limits = append(limits, fmt.Sprintf("no throttle, no 429s and the machine %.0f %% busy (%s): see the driver's log", pt.MachineBusy, shares))
+	}
+	return "**stopped holding** (" + fmt.Sprint(pt.Driver.Misses.Total()) + " missed): " + strings.Join(limits, "; ")
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+func pct(v float64) string {
+	if v < 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.1f %%", v)
 }
 
 func renderAdmission(p func(string, ...any), r *admissionResult, err error) {

@@ -109,7 +109,8 @@ type Event struct {
 	// From is when the current (or last) holding began: the arrival of the acquisition's answer.
 	From time.Time
 	// Until is when the token stops being valid: for Acquired and Renewed the send time of that
-	// write plus the lease duration; for Lost and Released the instant the token was dropped.
+	// write plus the lease duration less the clock-rate margin (MaxClockRateDifference); for Lost
+	// and Released the instant the token was dropped.
 	Until time.Time
 }
 

@@ -218,7 +218,7 @@ func truncateText(s string, n int) string {
 	return s[:n] + "…"
 }
 
-func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+func mibString(b int64) string { return fmt.Sprintf("%.1f MiB", mib(uint64(max(b, 0)))) }
 
 func renderBudget(p func(string, ...any), r *budgetResult, err error) {
 	p("")
@@ -238,9 +238,9 @@ func renderBudget(p func(string, ...any), r *budgetResult, err error) {
 	p("| --- | ---: | --- |")
 	p("| slowest decision of %d single worst reviews (webhook's own histogram) | %s | %s |", r.Single, dur(r.DecideMax), verdict(r.DecideMax > 0 && r.DecideMax < goalWorstDecide, "< 50 ms"))
 	p("| slowest of them as the client saw it (API server included) | %s | |", dur(r.LatencyMax))
-	p("| extra peak RSS over %s before them | %s | %s |", mib(r.RSSBefore), mib(r.ExtraPeak), verdict(r.ExtraPeak < goalWorstExtraRSS, "< 10 MB"))
+	p("| extra peak RSS over %s before them | %s | %s |", mibString(r.RSSBefore), mibString(r.ExtraPeak), verdict(r.ExtraPeak < goalWorstExtraRSS, "< 10 MB"))
 	p("| peak RSS with %d workers sending worst reviews for %s (%d sent, %d not refused by the guard) | %s | %s |",
-		r.Concurrency, r.Window, r.WorstSent, r.WorstNotRefused, mib(r.ConcurrentPeak), verdict(r.ConcurrentPeak > 0 && r.ConcurrentPeak < goalConcurrentRSS, "< 64 MiB"))
+		r.Concurrency, r.Window, r.WorstSent, r.WorstNotRefused, mibString(r.ConcurrentPeak), verdict(r.ConcurrentPeak > 0 && r.ConcurrentPeak < goalConcurrentRSS, "< 64 MiB"))
 	p("| a correct review meanwhile: p50 / max of %d (%d errors) | %s / %s | %s |", r.CorrectN, r.CorrectErrors, dur(r.CorrectP50), dur(r.CorrMax),
 		verdict(r.CorrectN > 0 && r.CorrectErrors == 0 && r.CorrMax < goalCorrectLatency, "max < 1 s"))
 	p("")

@@ -26,34 +26,12 @@ func newLease(name, holder string, epoch int32) *coordinationv1.Lease {
 	}
 }
 
-// installLeaseGuard installs the chart without the webhook and waits until the guard denies: a new
-// ValidatingAdmissionPolicy takes effect once the API server's policy informer has seen it.
-func installLeaseGuard(t *testing.T) (*testRelease, *coordinationv1.Lease) {
-	t.Helper()
-	r := newRelease(t, nil)
-	r.install(t, r.values(mustValuesFile(t, "ci/writer-rbac-only-values.yaml")))
-	ctx := context.Background()
-	// Only the writer's account writes shard Leases (see leaseguard_test.go).
-	writer := saClient(t, r, r.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(r.ns)
-	lease, err := writer.Create(ctx, newLease("ehdb-shard-00000000", "writer-0#1", 1), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the lease guard to take effect", func(ctx context.Context) (bool, error) {
-		probe := lease.DeepCopy()
-		probe.Spec.LeaseTransitions = ptr.To[int32](0)
-		_, err := writer.Update(ctx, probe, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsForbidden(err) || apierrors.IsInvalid(err), nil
-	})
-	return r, lease
-}
-
 // TestLeaseGuard drives one shard Lease through an election's life against the real API server, as
 // the writer's own account: what a correct writer does is allowed, what would break the epoch's
 // monotonicity is refused.
 func TestLeaseGuard(t *testing.T) {
 	t.Parallel()
-	r, lease := installLeaseGuard(t)
+	r, lease := installGuardWithLease(t, nil)
 	ctx := context.Background()
 	leases := saClient(t, r, r.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(r.ns)
 	admin := r.cs.CoordinationV1().Leases(r.ns)
@@ -182,7 +160,7 @@ func checkGuard(t *testing.T, step string, err error, denied string) {
 // not; a guard that refused that would leave the namespace Terminating for ever.
 func TestLeaseGuardDoesNotBlockNamespaceDeletion(t *testing.T) {
 	t.Parallel()
-	r, _ := installLeaseGuard(t)
+	r, _ := installGuardWithLease(t, nil)
 	ctx := context.Background()
 	name := r.name + "-lease-guard." + r.ns
 	t.Cleanup(func() { // Helm's record went with the namespace; remove the cluster-scoped rest by hand.

@@ -744,8 +744,14 @@ func TestNotesGiveTheStepsInTheDesignsOrder(t *testing.T) {
 		"3. Verify it is minting", "ehdb_election_token_valid 1", "ehdb_election_epoch >= 1",
 		"4. Only then enforce", "NOETL_EHDB_FENCING=enforce",
 	}
-	last := -1
-	for _, s := range steps {
+	inOrder(t, notes, -1, steps...)
+}
+
+// inOrder asserts that notes says each of want, in that order, after position from.
+func inOrder(t *testing.T, notes string, from int, want ...string) {
+	t.Helper()
+	last := from
+	for _, s := range want {
 		i := strings.Index(notes, s)
 		if i < 0 {
 			t.Fatalf("NOTES.txt lacks %q:\n%s", s, notes)

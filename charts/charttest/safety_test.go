@@ -294,18 +294,7 @@ func TestNotesGiveTheRemovalOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			notes := mustRender(t, tc.values).Notes
-			arm := strings.Index(notes, "4. Only then enforce")
-			last := arm
-			for _, s := range tc.want {
-				i := strings.Index(notes, s)
-				if i < 0 {
-					t.Fatalf("NOTES.txt lacks %q:\n%s", s, notes)
-				}
-				if i < last {
-					t.Errorf("NOTES.txt gives %q out of order", s)
-				}
-				last = i
-			}
+			inOrder(t, notes, strings.Index(notes, "4. Only then enforce"), tc.want...)
 		})
 	}
 }

@@ -175,6 +175,7 @@ type Election struct {
 	// the Lease itself as it stops (Release was called from OnEvent and cannot wait for it).
 	inCallback     atomic.Bool
 	handOverOnExit atomic.Bool
+	releasing      atomic.Bool // Release has begun
 
 	d driver // owned by the election's goroutine (or by Release once it has stopped)
 }
@@ -373,7 +374,11 @@ func (e *Election) Release(ctx context.Context) error {
 	if e.done == nil {
 		return nil
 	}
+	if e.inCallback.Load() && e.releasing.Load() {
+		return nil // OnEvent of the release under way (its Released event): nothing more to do
+	}
 	e.releaseOnce.Do(func() {
+		e.releasing.Store(true)
 		dropped := e.drop()
 		if e.inCallback.Load() {
 			e.handOverOnExit.Store(true)

@@ -203,6 +203,40 @@ func TestReleaseFromOnEventHandsOverWithoutDeadlock(t *testing.T) {
 	}
 }
 
+// OnEvent may call Release on every event, the Released event of a Release already under way
+// included: that call returns at once instead of waiting for itself.
+func TestReleaseCalledAgainFromTheReleasedEvent(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	mem := fake.NewLeaseStore()
+	var e *Election
+	ready := make(chan struct{})
+	e, err := Start(ctx, mem, testConfig(lease, renew), Options{Identity: "w#1", Clock: clk, Logger: discard,
+		Registerer: newPlainRegistry(), OnEvent: func(ev Event) {
+			<-ready
+			if ev.Outcome == Released {
+				_ = e.Release(context.Background())
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(ready)
+	waitFor(t, "acquisition", func() bool { return e.Token().Valid })
+	done := make(chan error, 1)
+	go func() { done <- e.Release(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release deadlocked on the Release called from its own Released event")
+	}
+	if got := holderOf(mustLease(t, mem)); got != "" {
+		t.Fatalf("the Lease is held by %q, want released", got)
+	}
+}
+
 // A process suspended for longer than the lease (its monotonic clock stopped, the boot clock did
 // not) does not report a valid token on resume, with no store call.
 func TestAResumedProcessDoesNotReportAValidToken(t *testing.T) {

@@ -12,7 +12,10 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/cert"
 
 	"github.com/noetl/ehdb-election/internal/testcluster"
@@ -109,7 +112,37 @@ func StartWebhook(ctx context.Context, c *testcluster.Cluster, bin, ns, rel, dir
 		w.Stop()
 		return nil, fmt.Errorf("pointing %s at the host webhook: %w", vwc.Name, err)
 	}
+	// The API server reads webhook configurations through an informer: until it has seen the
+	// update it still calls the Service, which has no endpoints here. Hand the webhook over only
+	// once an unarmed workload that reaches it (it names the fencing variable) is admitted.
+	probe := unarmedProbe(ns)
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.AppsV1().StatefulSets(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, nil
+	})
+	if err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("the API server never called the host webhook: %w (log %s)", err, w.LogPath)
+	}
 	return w, nil
+}
+
+// unarmedProbe is a StatefulSet the guard admits without a lookup: NOETL_EHDB_FENCING=off.
+func unarmedProbe(ns string) *appsv1.StatefulSet {
+	labels := map[string]string{"app": "ehdb-harness-probe"}
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "ehdb-harness-probe", Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "probe", Image: "probe",
+					Env: []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "off"}},
+				}}},
+			},
+		},
+	}
 }
 
 func webhookServiceAccount(ctx context.Context, c *testcluster.Cluster, ns, rel string) (string, error) {

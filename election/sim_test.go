@@ -667,7 +667,7 @@ func (s *sim) check() {
 	}
 	if len(valid) == 1 && valid[0] != s.valid {
 		if v := valid[0]; s.valid != nil && v.e.Token().Epoch <= s.valid.epoch &&
-			s.owner[s.valid.epoch] == s.valid {
+			s.owner[s.valid.epoch] == s.valid && s.before[v.e.Token().Epoch] != v && s.clk.Now().After(s.taintUntil) {
 			s.fail("p%d became valid with epoch %d after p%d with epoch %d", valid[0].n, valid[0].e.Token().Epoch, s.valid.n, s.valid.epoch)
 		}
 		s.valid = valid[0]

@@ -162,16 +162,23 @@ func TestLeaseGuardDoesNotBlockNamespaceDeletion(t *testing.T) {
 	t.Parallel()
 	r, _ := installGuardWithLease(t, nil)
 	ctx := context.Background()
-	name := r.name + "-lease-guard." + r.ns
-	t.Cleanup(func() { // Helm's record went with the namespace; remove the cluster-scoped rest by hand.
-		_ = r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
-	})
+	removePolicyWithTheNamespace(t, r)
 	if err := r.cs.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Minute, "namespace "+r.ns+" to be deleted", func(ctx context.Context) (bool, error) {
 		_, err := r.cs.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// removePolicyWithTheNamespace: for tests that delete the release namespace, Helm's record goes
+// with it, so the lease guard's cluster-scoped policy and binding are removed by hand at cleanup.
+func removePolicyWithTheNamespace(t *testing.T, r *testRelease) {
+	name := r.name + "-lease-guard." + r.ns
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
 	})
 }

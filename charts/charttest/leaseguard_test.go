@@ -359,11 +359,7 @@ func TestLeaseGuardLetsATerminatingNamespaceGo(t *testing.T) {
 	t.Parallel()
 	r, lease := installGuardWithLease(t, nil)
 	ctx := context.Background()
-	name := r.name + "-lease-guard." + r.ns
-	t.Cleanup(func() { // Helm's record goes with the namespace; remove the cluster-scoped rest by hand.
-		_ = r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
-	})
+	removePolicyWithTheNamespace(t, r)
 	const finalizer = "ehdb-test.noetl.io/hold"
 	writer := saClient(t, r, r.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(r.ns)
 	if err := edit(ctx, writer, lease.Name, func(l *coordinationv1.Lease) { l.Finalizers = []string{finalizer} }); err != nil {

@@ -69,7 +69,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 )
 
@@ -200,20 +199,23 @@ type driver struct {
 	obs     observation
 	maxSeen uint64 // highest epoch seen for this shard, so epochs never go backwards
 
+	watchFrom time.Time // when the current unbroken watch began (the driver learned of it)
+
 	// everSeen: this process has seen the Lease exist (or be deleted). absentSince/absentWait time
 	// an absent Lease from the first sighting of its absence.
 	everSeen    bool
 	absentSince time.Time
 	absentWait  time.Duration
-	// longest is the longest leaseDurationSeconds recently seen on the Lease, at longestAt.
-	longest   time.Duration
-	longestAt time.Time
-	// minting is the epoch of an acquisition whose answer never came (it may have committed); 0
-	// when no write is in doubt.
-	minting  uint64
-	mintedAt metav1.MicroTime // the renewTime that acquisition wrote
-	raceLost bool             // a write lost with a 409: log the winner once the next read shows it
-	reclaim  bool             // our record was edited under a valid token of ours: re-acquire at once
+	// longest is the longest leaseDurationSeconds seen on the Lease since the last release seen.
+	longest time.Duration
+	// ownRV is the resourceVersion of the record our last successful write produced (or that ours
+	// accepted as our holding): the record a renewal or a release may act on.
+	ownRV    string
+	raceLost bool // a write lost with a 409: log the winner once the next read shows it
+	// reclaimRV is the record, naming us, that was edited under a valid token of ours: re-acquire
+	// at once while the Lease is still at exactly that resourceVersion, and only then (no one else
+	// can have acquired before it, since our token was valid; anyone may have after).
+	reclaimRV string
 
 	holds    bool
 	epoch    uint64
@@ -409,40 +411,37 @@ func (e *Election) drop() time.Time {
 	return dropped
 }
 
-// handOver marks the Lease released once the driver has stopped. When the last thing we know is
-// not our record — an acquisition whose answer was lost, or a view made stale by a failed write —
-// one fresh read decides whether it is ours to release.
+// handOver marks the Lease released once the driver has stopped: only a holding this process
+// minted and still holds (see ours), never a record that merely carries its name — an outside edit
+// can put our name over another holder's live record, and a process sharing our identity by
+// mistake writes records we never minted. When our view may be stale (a failed write), one fresh
+// read decides; a compare-and-swap on that record makes the release land only on it.
 func (e *Election) handOver(ctx context.Context, dropped time.Time) error {
 	d := &e.d
-	if d.holds {
-		d.holds = false
-		e.emit(Event{Outcome: Released, Epoch: d.epoch, Holder: e.identity, From: d.heldFrom, Until: e.dropInstant(dropped)})
+	if !d.holds {
+		return nil
 	}
+	d.holds = false
+	e.emit(Event{Outcome: Released, Epoch: d.epoch, Holder: e.identity, From: d.heldFrom, Until: e.dropInstant(dropped)})
 	rec := d.rec
-	if d.minting != 0 || d.stale || !d.known {
-		fresh, err := e.store.Get(ctx, e.name)
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil
-		case err != nil:
-			e.countError("release", err)
-			return fmt.Errorf("election: releasing lease %s: %w", e.name, err)
+	if d.stale || !d.known {
+		fresh, err := e.reread(ctx)
+		if fresh == nil {
+			return err
 		}
 		rec = fresh
 	}
-	if rec == nil || holderOf(rec) != e.identity {
+	if !e.ours(rec, e.clock.Now()) {
 		return nil
 	}
 	err := e.putReleased(ctx, rec)
 	if apierrors.IsConflict(err) {
 		// Our last view was stale (e.g. a renewal was cut off in flight): one fresh read decides.
-		fresh, gerr := e.store.Get(ctx, e.name)
+		fresh, gerr := e.reread(ctx)
 		switch {
-		case apierrors.IsNotFound(gerr):
-			return nil
-		case gerr != nil:
+		case fresh == nil:
 			err = gerr
-		case holderOf(fresh) != e.identity:
+		case !e.ours(fresh, e.clock.Now()):
 			return nil // no longer ours to release
 		default:
 			err = e.putReleased(ctx, fresh)
@@ -457,6 +456,19 @@ func (e *Election) handOver(ctx context.Context, dropped time.Time) error {
 	}
 	e.log.Info("released the lease", "epoch", d.epoch)
 	return nil
+}
+
+// reread is handOver's fresh read: nil and no error when the Lease is gone.
+func (e *Election) reread(ctx context.Context) (*coordinationv1.Lease, error) {
+	fresh, err := e.store.Get(ctx, e.name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		e.countError("release", err)
+		return nil, fmt.Errorf("election: releasing lease %s: %w", e.name, err)
+	}
+	return fresh, nil
 }
 
 func (e *Election) putReleased(ctx context.Context, rec *coordinationv1.Lease) error {

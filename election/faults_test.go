@@ -31,7 +31,7 @@ func notBothValid(t *testing.T, what string, es ...*Election) {
 }
 
 // edit applies an outsider's change to the stored Lease, as kubectl edit would (a fresh read, a PUT).
-func edit(t *testing.T, store *fake.LeaseStore, change func(*coordinationv1.Lease)) {
+func edit(t *testing.T, store LeaseStore, change func(*coordinationv1.Lease)) {
 	t.Helper()
 	l := mustLease(t, store)
 	change(l)

@@ -14,14 +14,59 @@ import (
 
 	"github.com/noetl/ehdb-election/election/fake"
 	"github.com/noetl/ehdb-election/internal/harness"
+	"github.com/noetl/ehdb-election/internal/testcluster"
 )
 
 // The six sequences of issue 16: each gave two processes a valid token for one shard at the same
 // instant on an earlier version, driven deterministically on the fake store. Each test names the
 // rule (package doc) that now prevents it.
 
+// seqStore is a store the sequences can also delete from: the fake, or the real API server.
+type seqStore interface {
+	LeaseStore
+	Delete(ctx context.Context, name string) error
+}
+
+// rig is one run of a sequence: a store, the namespace its Leases live in, and one fake clock for
+// every process (the API server judges no time: it stores the renewTimes the processes send).
+type rig struct {
+	t     *testing.T
+	store seqStore
+	ns    string
+	clk   *clocktesting.FakeClock
+}
+
+// onStores runs a sequence on the fake store and on the real API server (each run a fresh
+// namespace; skipped without a control plane unless EHDB_REQUIRE_CLUSTER is set).
+func onStores(t *testing.T, seq func(r *rig)) {
+	t.Run("fake", func(t *testing.T) {
+		seq(&rig{t: t, store: fake.NewLeaseStore(), ns: "ns", clk: clocktesting.NewFakeClock(t0)})
+	})
+	t.Run("apiserver", func(t *testing.T) {
+		c := testcluster.ForTest(t)
+		ns := c.NewNamespace(t)
+		store := rawKube{KubeStore: NewKubeStore(c.Clientset(), ns), client: c.Clientset(), ns: ns}
+		seq(&rig{t: t, store: store, ns: ns, clk: clocktesting.NewFakeClock(t0)})
+	})
+}
+
+// proc is a process driven by hand, one round or event at a time, over store.
+func (r *rig) proc(store LeaseStore, identity string, lease, renew time.Duration) *Election {
+	r.t.Helper()
+	e := newSync(r.t, store, r.clk, identity, lease, renew)
+	e.cfg.Namespace = r.ns
+	return e
+}
+
+func (r *rig) delete() {
+	r.t.Helper()
+	if err := r.store.Delete(ctx, testLease); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // watched feeds e what its watch would have delivered for the store's current record.
-func watched(t *testing.T, e *Election, store *fake.LeaseStore) {
+func watched(t *testing.T, e *Election, store LeaseStore) {
 	t.Helper()
 	e.handle(watchMsg{ev: watch.Event{Type: watch.Modified, Object: mustLease(t, store)}})
 }
@@ -29,10 +74,12 @@ func watched(t *testing.T, e *Election, store *fake.LeaseStore) {
 // Sequence 1. p's record is edited under its valid token (its watch reports the loss), then p
 // pauses; c times the edited record and takes over; an edit names p again. The "re-acquire at once"
 // that the first edit allowed must not survive onto a record p never saw while it was valid.
-func TestAStaleReclaimNeverTakesALiveLease(t *testing.T) {
-	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
-	p := newSync(t, store, clk, "p#1", lease, renew)
-	c := newSync(t, store, clk, "c#2", lease, renew)
+func TestAStaleReclaimNeverTakesALiveLease(t *testing.T) { onStores(t, staleReclaim) }
+
+func staleReclaim(r *rig) {
+	t, store, clk := r.t, r.store, r.clk
+	p := r.proc(store, "p#1", lease, renew)
+	c := r.proc(store, "c#2", lease, renew)
 	p.round(ctx)
 	wantToken(t, "p", p, 1, true)
 	edit(t, store, func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To[int32](5) })
@@ -56,11 +103,16 @@ func TestAStaleReclaimNeverTakesALiveLease(t *testing.T) {
 // over only a holding this process minted and still holds, never a record that merely carries its
 // name (nor one minted by another process that shares its identity by mistake).
 func TestReleaseHandsOverOnlyWhatThisProcessHolds(t *testing.T) {
-	t.Run("a record edited to name us", func(t *testing.T) {
-		store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
-		c := newSync(t, store, clk, "c#1", lease, renew)
-		p := newSync(t, store, clk, "p#2", lease, renew)
-		d := newSync(t, store, clk, "d#3", lease, renew)
+	t.Run("a record edited to name us", func(t *testing.T) { onStores(t, releaseOfAnEditNamingUs) })
+	t.Run("two processes sharing one identity", func(t *testing.T) { onStores(t, releaseByATwin) })
+}
+
+func releaseOfAnEditNamingUs(r *rig) {
+	{
+		t, store := r.t, r.store
+		c := r.proc(store, "c#1", lease, renew)
+		p := r.proc(store, "p#2", lease, renew)
+		d := r.proc(store, "d#3", lease, renew)
 		c.round(ctx)
 		edit(t, store, func(l *coordinationv1.Lease) {
 			l.Spec.HolderIdentity = ptr.To(p.Identity())
@@ -73,12 +125,15 @@ func TestReleaseHandsOverOnlyWhatThisProcessHolds(t *testing.T) {
 		}
 		d.round(ctx)
 		notBothValid(t, "after p's release", c, d)
-	})
-	t.Run("two processes sharing one identity", func(t *testing.T) {
-		store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
-		p1 := newSync(t, store, clk, "p#same", lease, renew)
-		p2 := newSync(t, store, clk, "p#same", lease, renew)
-		d := newSync(t, store, clk, "d#3", lease, renew)
+	}
+}
+
+func releaseByATwin(r *rig) {
+	{
+		t, store := r.t, r.store
+		p1 := r.proc(store, "p#same", lease, renew)
+		p2 := r.proc(store, "p#same", lease, renew)
+		d := r.proc(store, "d#3", lease, renew)
 		p1.round(ctx)
 		p2.round(ctx)
 		if err := p2.Release(ctx); err != nil {
@@ -86,7 +141,7 @@ func TestReleaseHandsOverOnlyWhatThisProcessHolds(t *testing.T) {
 		}
 		d.round(ctx)
 		notBothValid(t, "after the twin's release", p1, d)
-	})
+	}
 }
 
 // Sequence 3. Processes of one shard with different lease durations (a rolling update that changes
@@ -152,17 +207,17 @@ func TestMixedDurationsNeverOverlap(t *testing.T) {
 // Sequence 5. Everyone saw the Lease; it is deleted; c and d time the absence by polling; d creates
 // and the Lease is deleted again between c's polls. An absence is timed only under an unbroken
 // watch: two polls that both show no Lease say nothing of what happened between them.
-func TestAPolledAbsenceNeverLetsACandidateCreate(t *testing.T) {
-	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
-	h := newSync(t, store, clk, "h#1", lease, renew)
-	c := newSync(t, store, clk, "c#2", lease, renew)
-	d := newSync(t, store, clk, "d#3", lease, renew)
+func TestAPolledAbsenceNeverLetsACandidateCreate(t *testing.T) { onStores(t, polledAbsence) }
+
+func polledAbsence(r *rig) {
+	t, store, clk := r.t, r.store, r.clk
+	h := r.proc(store, "h#1", lease, renew)
+	c := r.proc(store, "c#2", lease, renew)
+	d := r.proc(store, "d#3", lease, renew)
 	h.round(ctx)
 	c.round(ctx)
 	d.round(ctx)
-	if err := store.Delete(ctx, testLease); err != nil {
-		t.Fatal(err)
-	}
+	r.delete()
 	c.round(ctx)
 	d.round(ctx)
 	d.handle(watchMsg{started: true}) // d times the absence under a watch, c by polling
@@ -176,9 +231,7 @@ func TestAPolledAbsenceNeverLetsACandidateCreate(t *testing.T) {
 		}
 		c.round(ctx)
 	}
-	if err := store.Delete(ctx, testLease); err != nil {
-		t.Fatal(err)
-	}
+	r.delete()
 	for d.Token().Valid {
 		c.round(ctx)
 		notBothValid(t, "c after d's unseen create and the second delete", c, d)
@@ -240,16 +293,18 @@ func TestAWatchedAbsenceSeesACreateAndDeleteBetween(t *testing.T) {
 // Sequence 6. p1 and p2 write the same epoch in the same microsecond; p2 wins, p1's 409 never
 // arrives (a timeout instead); an outside edit then puts p1's name on p2's record. An acquisition
 // whose answer was lost is never adopted: the record naming us is timed like anyone else's.
-func TestALostAnswerIsNeverAdopted(t *testing.T) {
-	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
-	seed := newSync(t, store, clk, "seed#0", lease, renew)
+func TestALostAnswerIsNeverAdopted(t *testing.T) { onStores(t, lostAnswerAdoption) }
+
+func lostAnswerAdoption(r *rig) {
+	t, store, clk := r.t, r.store, r.clk
+	seed := r.proc(store, "seed#0", lease, renew)
 	seed.round(ctx)
 	if err := seed.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lost := &hookStore{inner: store, clk: clk}
-	p1 := newSync(t, lost, clk, "p1#1", lease, renew)
-	p2 := newSync(t, store, clk, "p2#2", lease, renew)
+	p1 := r.proc(lost, "p1#1", lease, renew)
+	p2 := r.proc(store, "p2#2", lease, renew)
 	lost.onUpdate = func(*coordinationv1.Lease) {
 		lost.onUpdate = nil
 		p2.round(ctx) // p2 read the released record too, and its PUT lands first, same microsecond

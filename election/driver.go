@@ -41,14 +41,28 @@ func (e *Election) run(ctx context.Context) {
 			e.watchLoop(ctx, events)
 		}()
 	}
-	e.safely(ctx, nil)
+	// A round first takes every watch event already delivered: deciding on an older record than
+	// the one waiting in the buffer would widen the create-delete-unseen window (package doc) from
+	// the watch's latency to the driver's.
+	round := func() {
+		for drained := false; !drained; {
+			select {
+			case m := <-events:
+				e.safely(ctx, &m)
+			default:
+				drained = true
+			}
+		}
+		e.safely(ctx, nil)
+	}
+	round()
 	for {
 		delay := e.nextDelay()
 		if delay <= 0 {
 			if ctx.Err() != nil {
 				return
 			}
-			e.safely(ctx, nil)
+			round()
 			continue
 		}
 		timer := e.clock.NewTimer(delay)
@@ -57,7 +71,7 @@ func (e *Election) run(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-timer.C():
-			e.safely(ctx, nil)
+			round()
 		case m := <-events:
 			timer.Stop()
 			e.safely(ctx, &m)
@@ -290,6 +304,13 @@ func microTime(t time.Time) *metav1.MicroTime {
 // see records a Lease we were shown (by a read, a watch or our own write).
 func (e *Election) see(l *coordinationv1.Lease) {
 	d := &e.d
+	if d.seenRV != "" && l.ResourceVersion != d.seenRV && !newer(l.ResourceVersion, d.seenRV) {
+		// An older record than one already seen (a replayed event, a read answered late): what it
+		// says is superseded, and acting on it could forget a longer duration seen since (a
+		// release it shows resets that memory).
+		return
+	}
+	d.seenRV = l.ResourceVersion
 	if l.ResourceVersion != d.obs.rv {
 		d.obs = observation{
 			rv:     l.ResourceVersion,
@@ -306,14 +327,21 @@ func (e *Election) see(l *coordinationv1.Lease) {
 // released record ends every holding before it (its holder dropped its token, and each earlier
 // holder had lapsed before that one acquired), so only then may a longer duration be forgotten.
 func (e *Election) remember(l *coordinationv1.Lease) {
+	if holderOf(l) == "" {
+		e.d.longest = 0
+	}
+	e.recall(l)
+}
+
+// recall keeps what a record that is not the newest tells about the past (an older incarnation, a
+// replayed event): its epoch and duration only raise what we believe, its release resets nothing.
+func (e *Election) recall(l *coordinationv1.Lease) {
 	d := &e.d
 	d.everSeen = true
 	d.maxSeen = max(d.maxSeen, epochOf(l))
-	if holderOf(l) == "" {
-		d.longest = 0
-		return
+	if holderOf(l) != "" {
+		d.longest = max(d.longest, leaseDuration(l, 0))
 	}
-	d.longest = max(d.longest, leaseDuration(l, 0))
 }
 
 // seeAbsent records that the Lease does not exist, now. deleted carries the last state a DELETED

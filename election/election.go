@@ -146,6 +146,7 @@ type driver struct {
 	maxSeen uint64 // highest epoch seen for this shard, so epochs never go backwards
 
 	watchFrom time.Time // when the current unbroken watch began (the driver learned of it)
+	seenRV    string    // the newest resourceVersion seen (records and deletions): older ones are ignored
 
 	// everSeen: this process has seen the Lease exist (or be deleted). absentSince/absentWait time
 	// an absent Lease from the first sighting of its absence.

@@ -200,9 +200,12 @@ func (e *Election) ours(rec *coordinationv1.Lease, now time.Time) bool {
 // mayCreate says whether an absent Lease may be created now. Absence is timed from its first
 // sighting (or the arrival of the DELETED event that reported it, whichever is later), never from
 // an older sighting of the record: a holder may have renewed after that, unseen, right before the
-// delete. The wait is the longest duration we have reason to believe in; it is skipped only when
-// we held a valid token as we learned of the absence (no one else can have held one then) or when
-// this process never saw the Lease exist (see the package doc: that case is the lease guard's).
+// delete. The wait is the longest duration we have reason to believe in; it is skipped only while
+// the token we held as we learned of the absence is still fresh (no one else can have created the
+// Lease before it lapses: they wait out at least its duration from the deletion) or when this
+// process never saw the Lease exist (see the package doc: that case is the lease guard's). The
+// first exemption ends with the token: a create that failed must not leave it standing for a
+// later absence, which someone else's create and delete may have preceded unseen.
 //
 // An absence counts only under an unbroken watch, from the later of its first sighting and the
 // watch's start: two reads that both find no Lease say nothing of a create and delete between
@@ -210,7 +213,7 @@ func (e *Election) ours(rec *coordinationv1.Lease, now time.Time) bool {
 // its holder's token within one lease of it, which the wait covers.
 func (e *Election) mayCreate() bool {
 	d := &e.d
-	if d.absentWait == 0 {
+	if !d.everSeen || d.absentOurs && e.fresh(e.clock.Now(), d.lastSend, d.lastBoot) {
 		return true
 	}
 	return d.watching && e.clock.Since(d.absenceTimedFrom()) > d.absentWait
@@ -361,8 +364,8 @@ func (e *Election) seeAbsent(deleted *coordinationv1.Lease) {
 	case first:
 		d.absentSince, d.absentWait = now, e.believed(nil)
 	}
-	if first && (!d.everSeen || (d.holds && e.fresh(now, d.lastSend, d.lastBoot))) {
-		d.absentWait = 0
+	if first {
+		d.absentOurs = d.holds && e.fresh(now, d.lastSend, d.lastBoot)
 	}
 	d.rec, d.known, d.stale, d.ownWrite = nil, true, false, false
 }

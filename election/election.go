@@ -153,6 +153,7 @@ type driver struct {
 	everSeen    bool
 	absentSince time.Time
 	absentWait  time.Duration
+	absentOurs  bool // we held a valid token as we learned of the absence (see mayCreate)
 	// longest is the longest leaseDurationSeconds seen on the Lease since the last release seen.
 	longest time.Duration
 	// ownRV is the resourceVersion of the record our last successful write produced (or that ours

@@ -32,7 +32,10 @@ import (
 //     so it leaves the Service's endpoints (and the headless Service's DNS) until it renews
 //     or re-acquires, and a rolling update waits for it. Its writes fail either way; out of
 //     the endpoints, clients see it gone instead of fenced. It is not restarted (this is not
-//     a liveness signal: a restart cannot give it a token).
+//     a liveness signal: a restart cannot give it a token);
+//   - an election stopped without a release (its context done: a crash as far as the Lease is
+//     concerned) keeps its token, and this readiness, until the token lapses; a released one
+//     is not ready from the release on.
 //
 // The bound (ReadinessBound) only names the failure: no token yet within it is "waiting"
 // (a successor waits out its predecessor's lease), none beyond it is "cannot mint", logged once.

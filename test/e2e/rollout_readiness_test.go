@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -272,16 +274,28 @@ func (s *icSystem) checkHalted(ctx context.Context, broken *corev1.Pod, before [
 	return nil
 }
 
-// readyz returns a Pod's /readyz answer through the pod proxy as "<status> <body>".
+// readyz returns a Pod's /readyz answer through the pod proxy as "<status> <body>". client-go turns
+// a non-2xx plain-text answer into an APIStatus error that carries the code and, as its cause, the
+// body.
 func (s *icSystem) readyz(ctx context.Context, pod string) string {
-	var code int
 	body, err := s.cs.CoreV1().RESTClient().Get().
 		AbsPath("/api/v1/namespaces", s.ns, "pods", pod+":9090", "proxy", "readyz").
-		Timeout(5 * time.Second).Do(ctx).StatusCode(&code).Raw()
-	if code == 0 && err != nil {
+		Timeout(5 * time.Second).DoRaw(ctx)
+	if err == nil {
+		return "200 " + strings.TrimSpace(string(body))
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
 		return "error " + err.Error()
 	}
-	return fmt.Sprintf("%d %s", code, strings.TrimSpace(string(body)))
+	st := status.Status()
+	var causes []string
+	if st.Details != nil {
+		for _, c := range st.Details.Causes {
+			causes = append(causes, c.Message)
+		}
+	}
+	return fmt.Sprintf("%d %s", st.Code, strings.Join(causes, "; "))
 }
 
 // shardWatch scrapes some shards' Pods and reads their Leases in the background until stopped,

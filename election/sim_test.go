@@ -703,6 +703,13 @@ func (s *sim) quietPhase() {
 	}
 	s.orphans = nil
 	s.settle()
+	// As each driver's watch loop would: the watches come back (an absence counts only under one).
+	for _, p := range s.live() {
+		if p.w == nil {
+			s.startWatch(p)
+			s.settle()
+		}
+	}
 	// How far apart the clocks that wrote and read renewTimes are now: the offsets, plus what the
 	// rates and suspends (a suspended clock falls behind) have added since each process started.
 	// Every process counts, the dead too (the record may carry a dead writer's renewTime), and the

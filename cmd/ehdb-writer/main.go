@@ -1,6 +1,7 @@
 // Command ehdb-writer is a minimal writer process embedding the election: it reads the election's
-// environment, runs it (or declines, never failing start-up over it), serves /metrics and /healthz,
-// logs each outcome change as JSON, and releases its Lease on SIGTERM or SIGINT. It is the demo and
+// environment, runs it (or declines, never failing start-up over it), serves /metrics, /healthz and
+// /readyz (election.Readiness: not ready while NOETL_EHDB_FENCING=enforce and no valid token), logs
+// each outcome change as JSON, and releases its Lease on SIGTERM or SIGINT. It is the demo and
 // end-to-end workload; with --kubeconfig it runs outside a cluster against any API server.
 //
 // With --intervals-file it appends one JSON line per validity change, for a safety checker (with
@@ -57,7 +58,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	fs := flag.NewFlagSet("ehdb-writer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; empty means the in-cluster configuration")
-	metricsAddr := fs.String("metrics-addr", ":9090", "address to serve /metrics and /healthz on")
+	metricsAddr := fs.String("metrics-addr", ":9090", "address to serve /metrics, /healthz and /readyz on")
 	intervalsFile := fs.String("intervals-file", "", "append one JSON line per token validity change to this file (- = standard error, among the log lines)")
 	clockOffset := fs.Duration("clock-offset", 0, "test workload: run the election on a clock this far off the machine's (e.g. -2m)")
 	clockRate := fs.Float64("clock-rate", 1, "test workload: run the election on a clock ticking this many times as fast as the machine's (e.g. 1.004)")
@@ -113,6 +114,10 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		opts.OnEvent = rec.record
 	}
 
+	// The readiness reads the environment as it is, also when a kubeconfig that cannot be loaded
+	// turns the election off below: armed, that writer is declined, not merely "off".
+	readyEnv := env
+
 	// The election's context is not the signal's: cancelling it would stop the driver without a
 	// release, which is a crash as far as the Lease is concerned.
 	electionCtx, stopElection := context.WithCancel(context.Background())
@@ -135,10 +140,12 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		}
 	}
 	el := election.StartFromEnvironment(electionCtx, env, restConfig, opts)
+	readiness := election.NewReadiness(el, readyEnv)
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.Handle("/readyz", &readyz{check: readiness.Check, log: log})
 	ln, err := net.Listen("tcp", *metricsAddr)
 	if err != nil {
 		log.Error("cannot serve metrics", "address", *metricsAddr, "error", err)

@@ -18,6 +18,9 @@ type imageSpec struct {
 	Binary     string // path of the static binary on this machine
 	Entrypoint string // its path inside the image, e.g. /ehdb-webhook
 	User       string // "65532:65532", or "" for root
+	// Env is the image's own ENV (after PATH): what a container gets unless its Pod spec sets the
+	// same name. The admission guard never sees it.
+	Env []string
 }
 
 // descriptor, manifest, index and imageConfig are the parts of the OCI image layout spec this
@@ -83,7 +86,7 @@ func writeOCIArchive(spec imageSpec, out string) error {
 	cfg.Architecture, cfg.OS, cfg.Created = "amd64", "linux", epoch.Format(time.RFC3339)
 	cfg.Config.Entrypoint = []string{spec.Entrypoint}
 	cfg.Config.User = spec.User
-	cfg.Config.Env = []string{"PATH=/"}
+	cfg.Config.Env = append([]string{"PATH=/"}, spec.Env...)
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = []string{layerDesc.Digest} // uncompressed: the diff ID is the blob's digest
 	cfgJSON, err := json.Marshal(cfg)

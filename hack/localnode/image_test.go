@@ -92,6 +92,9 @@ func TestOCIArchiveIsAConsistentImageLayout(t *testing.T) {
 	if len(cfg.Config.Entrypoint) != 1 || cfg.Config.Entrypoint[0] != "/ehdb-writer" || cfg.Config.User != "65532:65532" || cfg.OS != "linux" || cfg.Architecture != "amd64" {
 		t.Fatalf("config %+v", cfg)
 	}
+	if len(cfg.Config.Env) != 1 || cfg.Config.Env[0] != "PATH=/" {
+		t.Fatalf("env %q, want only PATH", cfg.Config.Env)
+	}
 	if len(man.Layers) != 1 || len(cfg.RootFS.DiffIDs) != 1 || cfg.RootFS.DiffIDs[0] != man.Layers[0].Digest {
 		t.Fatalf("layers %v, diff IDs %v", man.Layers, cfg.RootFS.DiffIDs)
 	}
@@ -114,6 +117,39 @@ func TestOCIArchiveIsAConsistentImageLayout(t *testing.T) {
 	data2, _ := os.ReadFile(out2)
 	if !bytes.Equal(data, data2) {
 		t.Fatal("packing the same binary twice gave different archives")
+	}
+}
+
+// An image's own ENV (the armed writer's NOETL_EHDB_FENCING=enforce) lands in its config after PATH.
+func TestOCIArchiveCarriesTheImagesEnv(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("bytes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "img.tar")
+	if err := writeOCIArchive(imageSpec{Ref: "w:dev-armed", Binary: bin, Entrypoint: "/w", Env: []string{"NOETL_EHDB_FENCING=enforce"}}, out); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := readTar(t, data)
+	var idx index
+	var man manifest
+	var cfg imageConfig
+	if err := json.Unmarshal(files["index.json"], &idx); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(files[blobPath(idx.Manifests[0])], &man); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(files[blobPath(man.Config)], &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Config.Env; len(got) != 2 || got[0] != "PATH=/" || got[1] != "NOETL_EHDB_FENCING=enforce" {
+		t.Fatalf("env %q", got)
 	}
 }
 

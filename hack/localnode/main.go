@@ -82,6 +82,10 @@ func (o options) images(l layout) []imageSpec {
 		{Ref: pauseImage, Binary: filepath.Join(l.bin, "pause"), Entrypoint: "/pause", User: "65535:65535"},
 		{Ref: o.imageRepo + "-webhook:" + o.imageTag, Binary: filepath.Join(l.bin, "webhook"), Entrypoint: "/ehdb-webhook", User: "65532:65532"},
 		{Ref: o.imageRepo + "-writer:" + o.imageTag, Binary: filepath.Join(l.bin, "ehdb-writer"), Entrypoint: "/ehdb-writer", User: "65532:65532"},
+		// The same writer with the fence armed in the image's ENV, a path the admission guard
+		// cannot see: the in-cluster suite rolls it out to show the writer's readiness backstop.
+		{Ref: o.imageRepo + "-writer:" + o.imageTag + "-armed", Binary: filepath.Join(l.bin, "ehdb-writer"), Entrypoint: "/ehdb-writer", User: "65532:65532",
+			Env: []string{"NOETL_EHDB_FENCING=enforce"}},
 	}
 }
 

@@ -314,3 +314,99 @@ func TestRT1LaggingReleaseShortenedKube(t *testing.T) {
 	s, d, w, ns := kubeStores(t)
 	attackLaggingReleaseShortened(t, s, d, w, clocktesting.NewFakeClock(t0), ns)
 }
+
+// ---------------------------------------------------------------------------------------------
+// BORDERLINE 3: b saw w's release (its longest duration forgotten, rightly), then was partitioned:
+// its acquisition never arrived and its watch dropped. x (30 s) acquired the released record —
+// an update, not a create — and the Lease was deleted; b's watch comes back after both, reads the
+// absence and waits out only its own 10 s. The doc's create-delete-unseen names "someone else's
+// create-then-delete"; this is an acquisition-by-update-then-delete.
+func attackUnseenUpdateThenDelete(t *testing.T, inner LeaseStore, del deleter, watcher LeaseWatcher, clk *clocktesting.FakeClock, ns string) {
+	const short, long, renew = 10 * time.Second, 30 * time.Second, 3 * time.Second
+	ctx := context.Background()
+	partitioned := false
+	hs := &hookStore{inner: inner, clk: clk}
+	hs.setFail(func(op string) error {
+		if partitioned {
+			return apierrors.NewServiceUnavailable("injected partition")
+		}
+		return nil
+	})
+	w := inNS(newSync(t, inner, clk, NewIdentity("w"), short, renew), ns)
+	x := inNS(newSync(t, inner, clk, NewIdentity("x"), long, renew), ns)
+	b := inNS(newSync(t, hs, clk, NewIdentity("b"), short, renew), ns)
+	mustRound(w)
+	bw := openLag(t, watcher)
+	b.handle(watchMsg{started: true})
+	bw.take(1)
+	bw.deliver(b)
+	mustRound(b)
+	xw := openLag(t, watcher)
+	x.handle(watchMsg{started: true})
+	xw.take(1)
+	xw.deliver(x)
+	mustRound(x)
+	clk.Step(time.Second)
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bw.take(1)
+	bw.deliver(b) // b sees the release
+	partitioned = true
+	mustRound(b) // b's acquisition never reaches the server
+	b.handle(watchMsg{ended: true})
+	xw.take(1)
+	xw.deliver(x)
+	mustRound(x) // x acquires the released record: epoch 2, 30 s
+	if !x.Token().Valid {
+		t.Fatalf("x: %+v", x.Token())
+	}
+	clk.Step(time.Second)
+	if err := del.Delete(ctx, testLease); err != nil { // x partitioned from here on
+		t.Fatal(err)
+	}
+	partitioned = false
+	openLag(t, watcher)
+	b.handle(watchMsg{started: true})
+	mustRound(b) // absent
+	clk.Step(short + 100*time.Millisecond)
+	mustRound(b)
+	bothValid(t, "after b's create", b, x)
+}
+
+func TestRT1UnseenUpdateThenDeleteFake(t *testing.T) {
+	mem := fake.NewLeaseStore()
+	attackUnseenUpdateThenDelete(t, mem, mem, mem, clocktesting.NewFakeClock(t0), "")
+}
+
+func TestRT1UnseenUpdateThenDeleteKube(t *testing.T) {
+	s, d, w, ns := kubeStores(t)
+	attackUnseenUpdateThenDelete(t, s, d, w, clocktesting.NewFakeClock(t0), ns)
+}
+
+// HELD? Clock rates 1% apart at the boundary: the candidate's clock runs 1.01× the holder's. The
+// holder renews once and is partitioned; the candidate polls every 10 ms of its own clock.
+func TestRT1ClockRateBoundaryFake(t *testing.T) {
+	const lease, renew = 10 * time.Second, 3 * time.Second
+	for _, rate := range []float64{1.01, 1 / 0.99} {
+		hc, cc := clocktesting.NewFakeClock(t0), clocktesting.NewFakeClock(t0.Add(time.Hour)) // offset too
+		mem := fake.NewLeaseStore()
+		h := newSync(t, mem, hc, NewIdentity("h"), lease, renew)
+		c := newSync(t, mem, cc, NewIdentity("c"), lease, renew)
+		mustRound(h)
+		mustRound(c)
+		step := time.Millisecond
+		for i := 0; i < 20000 && !c.Token().Valid; i++ {
+			hc.Step(step)
+			cc.Step(time.Duration(float64(step) * rate))
+			if i%10 == 0 {
+				mustRound(c)
+			}
+			bothValid(t, "rate", h, c)
+		}
+		if !c.Token().Valid {
+			t.Fatalf("rate %v: c never took over", rate)
+		}
+		t.Logf("rate %v: c took over at holder time %v", rate, hc.Now().Sub(t0))
+	}
+}

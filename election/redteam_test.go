@@ -316,12 +316,14 @@ func TestRT1LaggingReleaseShortenedKube(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// BORDERLINE 3: b saw w's release (its longest duration forgotten, rightly), then was partitioned:
+// The documented gap create-delete-unseen (a positive control, like the name-only identity one):
+// b saw w's release (its longest duration forgotten, rightly), then was partitioned:
 // its acquisition never arrived and its watch dropped. x (30 s) acquired the released record —
 // an update, not a create — and the Lease was deleted; b's watch comes back after both, reads the
 // absence and waits out only its own 10 s. The doc's create-delete-unseen names "someone else's
 // create-then-delete"; this is an acquisition-by-update-then-delete.
 func attackUnseenUpdateThenDelete(t *testing.T, inner LeaseStore, del deleter, watcher LeaseWatcher, clk *clocktesting.FakeClock, ns string) {
+	t.Helper()
 	const short, long, renew = 10 * time.Second, 30 * time.Second, 3 * time.Second
 	ctx := context.Background()
 	partitioned := false
@@ -371,15 +373,18 @@ func attackUnseenUpdateThenDelete(t *testing.T, inner LeaseStore, del deleter, w
 	mustRound(b) // absent
 	clk.Step(short + 100*time.Millisecond)
 	mustRound(b)
-	bothValid(t, "after b's create", b, x)
+	if !b.Token().Valid || !x.Token().Valid {
+		t.Fatalf("b %+v, x %+v: the documented create-delete-unseen gap no longer overlaps here; "+
+			"shrink the package doc's non-guarantee (and this positive control) to what still does", b.Token(), x.Token())
+	}
 }
 
-func TestRT1UnseenUpdateThenDeleteFake(t *testing.T) {
+func TestCreateDeleteUnseenIsTheDocumentedGapFake(t *testing.T) {
 	mem := fake.NewLeaseStore()
 	attackUnseenUpdateThenDelete(t, mem, mem, mem, clocktesting.NewFakeClock(t0), "")
 }
 
-func TestRT1UnseenUpdateThenDeleteKube(t *testing.T) {
+func TestCreateDeleteUnseenIsTheDocumentedGapKube(t *testing.T) {
 	s, d, w, ns := kubeStores(t)
 	attackUnseenUpdateThenDelete(t, s, d, w, clocktesting.NewFakeClock(t0), ns)
 }

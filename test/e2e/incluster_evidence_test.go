@@ -118,7 +118,7 @@ const (
 	collectPause    = time.Second
 )
 
-// check stops the store, collects the records (retrying a failed or incomplete collection) and
+// checkEvidence stops the store, collects the records (retrying a failed or incomplete collection) and
 // runs the safety checker and the scrape cross-check: a safety violation fails the test as
 // "SAFETY", evidence that could not be collected as "HARNESS".
 func (s *icSystem) checkEvidence(samples []scrapeSample) {

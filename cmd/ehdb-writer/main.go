@@ -4,21 +4,25 @@
 // each outcome change as JSON, and releases its Lease on SIGTERM or SIGINT. It is the demo and
 // end-to-end workload; with --kubeconfig it runs outside a cluster against any API server.
 //
-// With --intervals-file it appends one JSON line per validity change, for a safety checker (with
-// --intervals-file=- to standard error, where a Pod's log keeps them; the log's own lines have a
-// "msg", these do not):
+// With --intervals-file it appends JSON lines for a safety checker (with --intervals-file=- to
+// standard error, where a Pod's log keeps them; the log's own lines have a "msg", these do not):
+// first, before the election starts, the process's start
+//
+//	{"identity":"<hostname>#<uuid>","started":"<RFC3339Nano>"}
+//
+// then one line per validity change
 //
 //	{"identity":"<hostname>#<uuid>","epoch":N,"from":"<RFC3339Nano>","until":"<RFC3339Nano>"}
 //
 // written on every successful acquisition and renewal (from = when the acquisition's answer
 // arrived, until = the write's send time + the lease duration) and on loss or release (until = the
 // instant the token was dropped). The last line per (identity, epoch) is the interval. The instants
-// are the machine's, also when --clock-offset/--clock-rate run the election on a skewed clock.
+// are the machine's, also when --clock-offset/--clock-rate run the election on a skewed clock. A
+// record that cannot be written stops the process (exit 1): its record would be incomplete.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,7 +33,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -100,17 +103,12 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	}
 
 	if *intervalsFile != "" {
-		var out io.Writer = stderr // "-": in a Pod, the lines go to the container's log
-		if *intervalsFile != "-" {
-			f, err := os.OpenFile(*intervalsFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-			if err != nil {
-				log.Error("cannot open the intervals file", "path", *intervalsFile, "error", err)
-				return 1
-			}
-			defer f.Close()
-			out = f
+		rec, closeFile, err := openIntervals(*intervalsFile, stderr, opts.Identity, log, toReal)
+		if err != nil {
+			log.Error("cannot record validity intervals", "path", *intervalsFile, "error", err)
+			return 1
 		}
-		rec := &intervals{w: out, identity: opts.Identity, log: log, toReal: toReal}
+		defer closeFile()
 		opts.OnEvent = rec.record
 	}
 
@@ -213,75 +211,5 @@ func withNamespaceFallback(env func(string) (string, bool), ns string) func(stri
 			return ns, true
 		}
 		return env(k)
-	}
-}
-
-// intervals writes the validity intervals file. Each line is one write(2) on an O_APPEND file, so
-// several writers (a pod name's successive processes) can share it without interleaving.
-type intervals struct {
-	mu       sync.Mutex
-	w        io.Writer
-	identity string
-	log      *slog.Logger
-	failed   bool
-	// toReal maps the election's clock to the machine's: the file states real instants, which
-	// compare across writers whatever clock each election runs on. nil means the same clock.
-	toReal func(time.Time) time.Time
-	now    func() time.Time // the machine's clock; nil means time.Now
-
-	last intervalLine // the last line written
-}
-
-type intervalLine struct {
-	Identity string `json:"identity"`
-	Epoch    uint64 `json:"epoch"`
-	From     string `json:"from"`
-	Until    string `json:"until"`
-}
-
-func (r *intervals) record(ev election.Event) {
-	switch ev.Outcome {
-	case election.Acquired, election.Renewed, election.Lost, election.Released:
-	default:
-		return
-	}
-	from, until := ev.From, ev.Until
-	if r.toReal != nil && !from.IsZero() {
-		from, until = r.toReal(from), r.toReal(until)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	// A new acquisition replaces the token of a holding that lapsed without a loss (its record
-	// expired, so the election re-acquires at epoch + 1): that epoch's validity ended when the new
-	// token was published, which is before this call. Close it here, so the file does not claim
-	// the old epoch valid until its lease would have run out.
-	if ev.Outcome == election.Acquired && r.last.Identity != "" && r.last.Epoch != ev.Epoch {
-		now := time.Now()
-		if r.now != nil {
-			now = r.now()
-		}
-		if lastUntil, err := time.Parse(time.RFC3339Nano, r.last.Until); err == nil && lastUntil.After(now) {
-			closed := r.last
-			closed.Until = now.UTC().Format(time.RFC3339Nano)
-			r.write(closed)
-		}
-	}
-	r.write(intervalLine{
-		Identity: r.identity,
-		Epoch:    ev.Epoch,
-		From:     from.UTC().Format(time.RFC3339Nano),
-		Until:    until.UTC().Format(time.RFC3339Nano),
-	})
-}
-
-func (r *intervals) write(l intervalLine) {
-	b, err := json.Marshal(l)
-	if err != nil {
-		return
-	}
-	r.last = l
-	if _, err := r.w.Write(append(b, '\n')); err != nil && !r.failed {
-		r.failed = true
-		r.log.Error("cannot write the intervals file", "error", err)
 	}
 }

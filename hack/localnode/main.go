@@ -173,8 +173,12 @@ func build(l layout, o options, suite bool) error {
 	return nil
 }
 
-// keepLogs moves the components' and the Pods' logs out of the state folder before it is removed,
-// to .cache/localnode/logs (the last run's only).
+// nodeFilesDir is the state folder's part that the suite shares with the node (E2E_NODE_DIR): the
+// writer Pods keep their records for the safety checker there (hostPath), beyond their Pods' lives.
+const nodeFilesDir = "node-files"
+
+// keepLogs moves the components' and the Pods' logs, and the writers' records, out of the state
+// folder before it is removed, to .cache/localnode/logs (the last run's only).
 func keepLogs(l layout) error {
 	dst := filepath.Join(filepath.Dir(l.state), "logs")
 	if err := os.RemoveAll(dst); err != nil {
@@ -184,7 +188,7 @@ func keepLogs(l layout) error {
 		return err
 	}
 	var errs []error
-	for _, d := range []string{"logs", "pod-logs"} {
+	for _, d := range []string{"logs", "pod-logs", nodeFilesDir} {
 		if err := os.Rename(filepath.Join(l.state, d), filepath.Join(dst, d)); err != nil && !os.IsNotExist(err) {
 			errs = append(errs, err)
 		}
@@ -369,6 +373,8 @@ func (n *node) run(ctx context.Context, l layout, o options, cmd []string) int {
 		"E2E_IMAGE_REPO="+o.imageRepo,
 		"E2E_IMAGE_TAG="+o.imageTag,
 		"EHDB_REQUIRE_CLUSTER=1",
+		// The suite runs on the node: it reads the writers' records where their Pods keep them.
+		"E2E_NODE_DIR="+filepath.Join(l.state, nodeFilesDir),
 	)
 	logf("running %s (E2E_KUBECONFIG=%s E2E_IN_CLUSTER=1)", strings.Join(cmd, " "), n.cluster.Kubeconfig)
 	start := time.Now()

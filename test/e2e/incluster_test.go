@@ -255,8 +255,7 @@ func (s *icSystem) webhookDenials(ctx context.Context) float64 {
 
 // checkSuccessor waits for the Pod that replaced prev's and checks how it took over: epoch + 1,
 // a new process identity, and — because the predecessor released the Lease on SIGTERM — an
-// acquisition that never saw the Lease held by another and came within renew + 1 s of the
-// container's start.
+// acquisition that never saw the Lease held by another (its first round found it free).
 func (s *icSystem) checkSuccessor(what string, prev holder) holder {
 	t := s.t
 	next := s.waitHolder(3*time.Minute, prev.podUID)
@@ -272,11 +271,12 @@ func (s *icSystem) checkSuccessor(what string, prev holder) holder {
 	if n := next.metrics.Get(`ehdb_election_outcomes_total{outcome="acquired"}`); n != 1 {
 		t.Fatalf("%s: the successor acquired %v times, want once", what, n)
 	}
-	// startedAt has whole seconds (rounded down), so the gap read here is at most 1 s too long.
+	// No timed bound here (a loaded machine starts a container slowly): one acquisition and no
+	// round that found the Lease held already say the successor never waited out a lease.
+	// startedAt has whole seconds (rounded down), so the gap logged is at most 1 s too long.
 	gap := next.acquired.Sub(next.started)
-	if next.acquired.IsZero() || gap > icRenew+time.Second {
-		t.Fatalf("%s: the successor acquired %s after its container started (acquireTime %s), want within renew + 1 s = %s",
-			what, gap, next.acquired.Format(time.StampMicro), icRenew+time.Second)
+	if next.acquired.IsZero() {
+		t.Fatalf("%s: the successor's Lease shows no acquireTime", what)
 	}
 	t.Logf("%s: %s (%s) acquired epoch %d, %s after its container started (≤ 1 s of that is the kubelet's rounding)",
 		what, next.pod, next.identity, next.epoch, gap.Round(time.Millisecond))

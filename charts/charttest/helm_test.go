@@ -60,6 +60,16 @@ func (c *helmClient) Install(ctx context.Context, name string, values map[string
 // Upgrade upgrades release name to the chart with values (not reusing the previous values, as
 // `helm upgrade` without --reuse-values).
 func (c *helmClient) Upgrade(ctx context.Context, name string, values map[string]any) (*Rendered, error) {
+	return c.upgrade(ctx, name, values, false)
+}
+
+// UpgradeForce is `helm upgrade --force`: Helm replaces (PUT) every object with its rendering
+// instead of patching the difference.
+func (c *helmClient) UpgradeForce(ctx context.Context, name string, values map[string]any) (*Rendered, error) {
+	return c.upgrade(ctx, name, values, true)
+}
+
+func (c *helmClient) upgrade(ctx context.Context, name string, values map[string]any, force bool) (*Rendered, error) {
 	ch, err := Load()
 	if err != nil {
 		return nil, err
@@ -67,6 +77,7 @@ func (c *helmClient) Upgrade(ctx context.Context, name string, values map[string
 	up := action.NewUpgrade(c.cfg)
 	up.Namespace = c.namespace
 	up.Timeout = c.Timeout
+	up.Force = force
 	rel, err := up.RunWithContext(ctx, name, ch, copyValues(values))
 	if err != nil {
 		return nil, fmt.Errorf("helm upgrade %s in %s: %w", name, c.namespace, err)
@@ -81,6 +92,18 @@ func (c *helmClient) Uninstall(name string, disableHooks bool) error {
 	un.Timeout = c.Timeout
 	if _, err := un.Run(name); err != nil {
 		return fmt.Errorf("helm uninstall %s in %s: %w", name, c.namespace, err)
+	}
+	return nil
+}
+
+// Rollback is `helm rollback <name> <revision>` (0: the previous revision), with --force as given.
+func (c *helmClient) Rollback(name string, revision int, force bool) error {
+	rb := action.NewRollback(c.cfg)
+	rb.Version = revision
+	rb.Force = force
+	rb.Timeout = c.Timeout
+	if err := rb.Run(name); err != nil {
+		return fmt.Errorf("helm rollback %s %d (force %v) in %s: %w", name, revision, force, c.namespace, err)
 	}
 	return nil
 }

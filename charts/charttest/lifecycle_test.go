@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 )
@@ -208,9 +209,145 @@ func TestUninstallRemovesTheWebhookConfigurationFirst(t *testing.T) {
 			}
 			objs := newObjects(t, r.c)
 			gone, _ := splitKept(append(r.rendered.Objects, r.rendered.Hooks...))
+			if tc.noHooks {
+				// The TLS Secret is created by a hook and removed by one (webhook-tls.yaml): without
+				// hooks it stays behind, as the README says.
+				secret := r.name + "-webhook-tls"
+				gone = slices.DeleteFunc(gone, func(o *unstructured.Unstructured) bool { return o.GetKind() == "Secret" && o.GetName() == secret })
+				if _, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, secret, metav1.GetOptions{}); err != nil {
+					t.Errorf("control: the TLS Secret after uninstall --no-hooks: %v (the README says it stays)", err)
+				}
+			}
 			if left := leftovers(ctx, t, objs, gone); len(left) > 0 {
 				t.Errorf("helm uninstall left: %v", left)
 			}
 		})
 	}
+}
+
+// rotatorFills does what the webhook's rotator does after start-up: it writes a CA and a serving
+// certificate into the chart's TLS Secret and the CA into every entry's caBundle. It returns the data.
+func rotatorFills(t *testing.T, r *testRelease) (data map[string][]byte, caCert []byte) {
+	t.Helper()
+	ctx := context.Background()
+	cert, key, caCert := issue(t, r.name+"-webhook."+r.ns+".svc")
+	data = map[string][]byte{"ca.crt": caCert, "tls.crt": cert, "tls.key": key}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Data = data
+		_, err = r.cs.CoreV1().Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vwcs := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vwc, err := vwcs.Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range vwc.Webhooks {
+			vwc.Webhooks[i].ClientConfig.CABundle = caCert
+		}
+		_, err = vwcs.Update(ctx, vwc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, caCert
+}
+
+// checkTLSKept fails unless the TLS Secret still holds data and every entry of the webhook
+// configuration still trusts caCert, with a serving certificate that verifies against it.
+func checkTLSKept(t *testing.T, r *testRelease, step string, data map[string][]byte, caCert []byte, wantTimeout int32) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Errorf("%s: the TLS Secret: %v", step, err)
+		return
+	}
+	if !reflect.DeepEqual(got.Data, data) {
+		t.Errorf("%s: the TLS Secret's data changed (keys now %v)", step, keys(got.Data))
+	}
+	vwc, err := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+	for _, w := range vwc.Webhooks {
+		if !bytes.Equal(w.ClientConfig.CABundle, caCert) {
+			t.Errorf("%s: %s lost its caBundle (%d bytes)", step, w.Name, len(w.ClientConfig.CABundle))
+		} else if err := verifyServing(got.Data["tls.crt"], w.ClientConfig.CABundle, r.name+"-webhook."+r.ns+".svc"); err != nil {
+			t.Errorf("%s: %s: %v", step, w.Name, err)
+		}
+		if wantTimeout != 0 && *w.TimeoutSeconds != wantTimeout {
+			t.Errorf("%s: %s timeoutSeconds = %d, want %d (the change did not apply)", step, w.Name, *w.TimeoutSeconds, wantTimeout)
+		}
+	}
+}
+
+// TestForceAndRollbackKeepTheRotatorsTLS (issue 18): `helm upgrade --force` replaces (PUTs) every
+// object of the release with its rendering (helm.sh/helm/v3 pkg/kube updateResource), and rollback
+// applies an older revision's manifest. Neither may empty the TLS Secret or the caBundle: the chart
+// keeps the Secret out of the release's objects and renders the live caBundle back.
+func TestForceAndRollbackKeepTheRotatorsTLS(t *testing.T) {
+	t.Parallel()
+	r := newRelease(t, nil)
+	r.install(t, r.values(nil)) // revision 1
+	ctx := context.Background()
+	s, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the install created no TLS Secret for the rotator: %v", err)
+	}
+	if len(s.Data) != 0 {
+		t.Fatalf("the chart installed a non-empty TLS Secret: %v", keys(s.Data))
+	}
+	data, caCert := rotatorFills(t, r)
+
+	changed := r.values(nil, map[string]any{"webhook": map[string]any{"timeoutSeconds": 7, "podAnnotations": map[string]any{"rollout": "2"}}})
+	if _, err := r.helm.UpgradeForce(ctx, r.name, changed); err != nil { // revision 2
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "upgrade --force with changes", data, caCert, 7)
+	if _, err := r.helm.UpgradeForce(ctx, r.name, r.values(nil)); err != nil { // revision 3
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "upgrade --force back to the defaults", data, caCert, 5)
+	if _, err := r.helm.Upgrade(ctx, r.name, changed); err != nil { // revision 4
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "upgrade", data, caCert, 7)
+	if err := r.helm.Rollback(r.name, 3, false); err != nil { // revision 5
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "rollback to revision 3", data, caCert, 5)
+	if err := r.helm.Rollback(r.name, 2, true); err != nil { // revision 6
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "rollback --force to revision 2", data, caCert, 7)
+
+	// The install's revision was rendered before any CA existed, so its manifest has no caBundle and
+	// Helm's three-way merge removes the injected one (the rotator, which watches the configuration,
+	// puts it back; README "Limits"). The Secret, which is no release object, keeps its data.
+	if err := r.helm.Rollback(r.name, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+	if err != nil || !reflect.DeepEqual(got.Data, data) {
+		t.Errorf("rollback --force to revision 1: the TLS Secret changed (err %v)", err)
+	}
+
+	// Uninstall still removes it.
+	if err := r.helm.Uninstall(r.name, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the TLS Secret to go with the release", func(ctx context.Context) (bool, error) {
+		_, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }

@@ -111,7 +111,7 @@ func TestLeaseGuardRefusesEveryOutsideWriter(t *testing.T) {
 	}
 	if _, err := r.cs.RbacV1().RoleBindings(r.ns).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "lease-editor"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "ehdb-shard-election"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: writerRoleName(r.name)},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: intruder, Namespace: r.ns}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -501,10 +501,10 @@ func TestLeaseGuardOutlivesUninstall(t *testing.T) {
 			edit(ctx, admin, lease.Name, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") }), "only the writer's ServiceAccount")
 
 		// The removal order of the README: the writer's RBAC, then the guard's binding and policy.
-		if err := r.cs.RbacV1().RoleBindings(r.ns).Delete(ctx, "ehdb-shard-election", metav1.DeleteOptions{}); err != nil {
+		if err := r.cs.RbacV1().RoleBindings(r.ns).Delete(ctx, writerRoleName(r.name), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.cs.RbacV1().Roles(r.ns).Delete(ctx, "ehdb-shard-election", metav1.DeleteOptions{}); err != nil {
+		if err := r.cs.RbacV1().Roles(r.ns).Delete(ctx, writerRoleName(r.name), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.cs.CoreV1().ServiceAccounts(r.ns).Delete(ctx, "noetl-cmdbus-writer", metav1.DeleteOptions{}); err != nil {
@@ -527,7 +527,7 @@ func TestLeaseGuardOutlivesUninstall(t *testing.T) {
 		if err := r.helm.Uninstall(r.name, false); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.cs.RbacV1().RoleBindings(r.ns).Get(ctx, "ehdb-shard-election", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := r.cs.RbacV1().RoleBindings(r.ns).Get(ctx, writerRoleName(r.name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("keepOnUninstall=false: the RoleBinding is still there (err %v)", err)
 		}
 		waitFor(t, 30*time.Second, "the guard to go with the RBAC", func(ctx context.Context) (bool, error) {

@@ -127,6 +127,7 @@ func TestDefaultsRenderTheSpecifiedObjects(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{
+		"ClusterRole/ehdb-election-lease-viewer.noetl",
 		"ClusterRole/ehdb-election-webhook",
 		"ClusterRoleBinding/ehdb-election-webhook",
 		"Deployment/ehdb-election-webhook",

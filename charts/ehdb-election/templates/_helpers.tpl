@@ -131,6 +131,16 @@ a second release for another writer namespace (webhook.enabled=false) does not c
 {{- end }}
 
 {{/*
+The writer's Role and RoleBinding: named from the release, so a second release in one namespace does
+not collide. The release named like the chart (`helm install ehdb-election`) keeps the specification's
+name, ehdb-shard-election: its upgrades find the Role they kept, and the names tools look for.
+*/}}
+{{- define "ehdb-election.writer.roleName" -}}
+{{- $full := include "ehdb-election.fullname" . }}
+{{- if eq $full .Chart.Name }}ehdb-shard-election{{ else }}{{ printf "%s-shard-election" $full }}{{ end }}
+{{- end }}
+
+{{/*
 The writer's ServiceAccount name. The schema already refuses "default" and ""; this check stays for
 installs that skip schema validation, because the mistake it prevents is silent and wide.
 */}}
@@ -391,19 +401,20 @@ only listed when an account would actually be lost.
 {{- $root := . }}
 {{- $ns := .Release.Namespace }}
 {{- $newSA := include "ehdb-election.writer.serviceAccountName" . }}
+{{- $roleName := include "ehdb-election.writer.roleName" . }}
 {{- $lost := dict }}
 {{- /* Accounts the release's RoleBinding binds today. */}}
-{{- $rb := lookup "rbac.authorization.k8s.io/v1" "RoleBinding" $ns "ehdb-shard-election" }}
+{{- $rb := lookup "rbac.authorization.k8s.io/v1" "RoleBinding" $ns $roleName }}
 {{- if and $rb (include "ehdb-election.writer.owned" (list $root $rb)) }}
-{{- $role := lookup "rbac.authorization.k8s.io/v1" "Role" $ns "ehdb-shard-election" }}
+{{- $role := lookup "rbac.authorization.k8s.io/v1" "Role" $ns $roleName }}
 {{- $roleGoes := and (not .Values.writer.rbac.create) $role (include "ehdb-election.writer.owned" (list $root $role)) (not (include "ehdb-election.writer.kept" $role)) }}
 {{- $rbGoes := and (not .Values.writer.rbac.create) (not (include "ehdb-election.writer.kept" $rb)) }}
 {{- range $rb.subjects | default list }}
 {{- if and (eq .kind "ServiceAccount") (eq (.namespace | default $ns) $ns) }}
 {{- if or $rbGoes $roleGoes }}
-{{- $_ := set $lost .name "writer.rbac.create=false deletes the Role and RoleBinding ehdb-shard-election" }}
+{{- $_ := set $lost .name (printf "writer.rbac.create=false deletes the Role and RoleBinding %s" $roleName) }}
 {{- else if and $root.Values.writer.rbac.create (ne .name $newSA) }}
-{{- $_ := set $lost .name (printf "the RoleBinding ehdb-shard-election would bind %s instead" $newSA) }}
+{{- $_ := set $lost .name (printf "the RoleBinding %s would bind %s instead" $roleName $newSA) }}
 {{- end }}
 {{- end }}
 {{- end }}

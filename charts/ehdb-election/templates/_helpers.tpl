@@ -141,8 +141,8 @@ name, ehdb-shard-election: its upgrades find the Role they kept, and the names t
 {{- end }}
 
 {{/*
-The writer's ServiceAccount name. The schema already refuses "default" and ""; this check stays for
-installs that skip schema validation, because the mistake it prevents is silent and wide.
+The writer's ServiceAccount name. The schema refuses "" (not a DNS name); "default" is refused here,
+where the message can say why (a schema can only say "'not' failed"), schema or no schema.
 */}}
 {{- define "ehdb-election.writer.serviceAccountName" -}}
 {{- $name := .Values.writer.serviceAccount.name | default "" }}

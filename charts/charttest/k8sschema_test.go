@@ -28,10 +28,13 @@ import (
 // would). TestKubernetesSchemaIsTheAPIServers regenerates them from the real API server and fails on
 // any difference; EHDB_UPDATE_SCHEMA=1 writes them instead.
 
-// k8sValueTypes maps the values that are Kubernetes types to their OpenAPI names.
+// k8sValueTypes maps the values that are Kubernetes types (or lists of them) to their OpenAPI names.
 var k8sValueTypes = map[string]string{
-	"podSecurityContext": "io.k8s.api.core.v1.PodSecurityContext",
-	"securityContext":    "io.k8s.api.core.v1.SecurityContext",
+	"webhook.podSecurityContext":  "io.k8s.api.core.v1.PodSecurityContext",
+	"webhook.securityContext":     "io.k8s.api.core.v1.SecurityContext",
+	"webhook.extraEnv[]":          "io.k8s.api.core.v1.EnvVar",
+	"webhook.extraVolumes[]":      "io.k8s.api.core.v1.Volume",
+	"webhook.extraVolumeMounts[]": "io.k8s.api.core.v1.VolumeMount",
 }
 
 const k8sDefPrefix = "k8s:"
@@ -123,15 +126,6 @@ func TestKubernetesSchemaIsTheAPIServers(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	var roots []string
-	for _, n := range k8sValueTypes {
-		roots = append(roots, n)
-	}
-	sort.Strings(roots)
-	want, err := k8sDefinitions(doc.Components.Schemas, roots)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir, err := chartinstall.ChartDir()
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +137,27 @@ func TestKubernetesSchemaIsTheAPIServers(t *testing.T) {
 	}
 	var schema map[string]any
 	if err := json.Unmarshal(data, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var roots []string
+	for value, n := range k8sValueTypes {
+		roots = append(roots, n)
+		// The value refers to the generated definition.
+		path := strings.Split(strings.TrimSuffix(value, "[]"), ".")
+		node := schema
+		for _, p := range path {
+			node = node["properties"].(map[string]any)[p].(map[string]any)
+		}
+		if strings.HasSuffix(value, "[]") {
+			node, _ = node["items"].(map[string]any)
+		}
+		if ref, _ := node["$ref"].(string); ref != "#/definitions/"+k8sDefPrefix+n {
+			t.Errorf("value %s refers to %q, want the generated %s", value, ref, n)
+		}
+	}
+	sort.Strings(roots)
+	want, err := k8sDefinitions(doc.Components.Schemas, roots)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defs := schema["definitions"].(map[string]any)

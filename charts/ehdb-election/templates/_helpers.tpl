@@ -152,9 +152,23 @@ where the message can say why (a schema can only say "'not' failed"), schema or 
 {{- $name }}
 {{- end }}
 
+{{/*
+The webhook's image. global.imageRegistry (the convention of charts that mirror images) replaces the
+registry of webhook.image.repository: its first path element when that names a host (has a "." or
+a ":", or is "localhost"), else it is prefixed.
+*/}}
 {{- define "ehdb-election.webhook.image" -}}
 {{- $img := .Values.webhook.image }}
-{{- $ref := printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag) }}
+{{- $repo := $img.repository }}
+{{- with (.Values.global | default dict).imageRegistry }}
+{{- $parts := splitList "/" $repo }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repo = join "/" (rest $parts) }}
+{{- end }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
+{{- end }}
+{{- $ref := printf "%s:%s" $repo (default .Chart.AppVersion $img.tag) }}
 {{- if $img.digest }}
 {{- $ref = printf "%s@%s" $ref $img.digest }}
 {{- end }}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
@@ -46,6 +47,11 @@ func (c *helmClient) Install(ctx context.Context, name string, values map[string
 	if err != nil {
 		return nil, err
 	}
+	return c.InstallChart(ctx, ch, name, values)
+}
+
+// InstallChart installs the given chart (e.g. a previous version) as release name.
+func (c *helmClient) InstallChart(ctx context.Context, ch *chart.Chart, name string, values map[string]any) (*Rendered, error) {
 	inst := action.NewInstall(c.cfg)
 	inst.ReleaseName = name
 	inst.Namespace = c.namespace

@@ -6,16 +6,23 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/noetl/ehdb-election/internal/repo"
 )
 
 // issue makes a serving certificate for host signed by a fresh CA, as the rotator would: the
@@ -343,6 +350,92 @@ func TestForceAndRollbackKeepTheRotatorsTLS(t *testing.T) {
 	}
 
 	// Uninstall still removes it.
+	if err := r.helm.Uninstall(r.name, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the TLS Secret to go with the release", func(ctx context.Context) (bool, error) {
+		_, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// previousRelease is the commit whose chart is the previous release, 0.1.0 as main had it before
+// 0.2.0's changes (the chart version stayed 0.1.0 through many commits, so it is pinned here; the
+// repository has no release tags yet). Move it with each release.
+const previousRelease = "50033a0ebe6f06f1a44dcee0e8eef189cfff2702"
+
+// previousChart loads the previous release's chart from git; it skips when the history is not there
+// (a shallow clone).
+func previousChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "prev.tar")
+	if _, err := git(t, root, "archive", "-o", archive, previousRelease, "charts/ehdb-election"); err != nil {
+		t.Skipf("the previous release's chart is not in this clone: %v", err)
+	}
+	cmd := exec.Command("tar", "-xf", archive, "-C", dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("untar: %v: %s", err, out)
+	}
+	prev, err := loader.Load(filepath.Join(dir, "charts", "ehdb-election"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev.Metadata.Version == cur.Metadata.Version {
+		t.Fatalf("the previous release's chart has the current version %s: move previousRelease", cur.Metadata.Version)
+	}
+	return prev
+}
+
+// TestUpgradeFromThePreviousChartKeepsTheTLS: a release installed by the previous chart (0.1.0) owns
+// its TLS Secret as a release object. Upgrading to this chart — with --force, the worst case — keeps
+// the rotator's data; the next upgrade stops managing the Secret without deleting it; uninstall
+// still removes it.
+func TestUpgradeFromThePreviousChartKeepsTheTLS(t *testing.T) {
+	t.Parallel()
+	prev := previousChart(t)
+	r := newRelease(t, nil)
+	rendered, err := r.helm.InstallChart(context.Background(), prev, r.name, r.values(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.rendered = rendered
+	t.Cleanup(func() { _ = r.helm.Uninstall(r.name, false); r.removeKeptLeaseGuard(t) })
+	ctx := context.Background()
+	if r.rendered.Find("Secret", r.name+"-webhook-tls") == nil {
+		t.Fatalf("chart %s does not own the TLS Secret: nothing to migrate", prev.Metadata.Version)
+	}
+	data, caCert := rotatorFills(t, r)
+
+	up, err := r.helm.UpgradeForce(ctx, r.name, r.values(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "upgrade --force from "+prev.Metadata.Version, data, caCert, 5)
+	if s := up.Find("Secret", r.name+"-webhook-tls"); s == nil || s.GetAnnotations()[keepPolicy] != "keep" {
+		t.Errorf("the migrating upgrade does not render the Secret once more with keep: %v", s)
+	}
+	up, err = r.helm.Upgrade(ctx, r.name, r.values(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.Find("Secret", r.name+"-webhook-tls") != nil {
+		t.Error("the second upgrade still renders the TLS Secret as a release object")
+	}
+	checkTLSKept(t, r, "the next upgrade", data, caCert, 5)
+	if _, err := r.helm.UpgradeForce(ctx, r.name, r.values(nil)); err != nil {
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "a later upgrade --force", data, caCert, 5)
+
 	if err := r.helm.Uninstall(r.name, false); err != nil {
 		t.Fatal(err)
 	}

@@ -458,10 +458,6 @@ func (s *icSystem) checkUninstall() {
 		}
 		vwc, err := s.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, sel)
 		add("ValidatingWebhookConfigurations", lenOf(vwc, err, func() int { return len(vwc.Items) }), err)
-		vap, err := s.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, sel)
-		add("ValidatingAdmissionPolicies", lenOf(vap, err, func() int { return len(vap.Items) }), err)
-		vapb, err := s.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, sel)
-		add("ValidatingAdmissionPolicyBindings", lenOf(vapb, err, func() int { return len(vapb.Items) }), err)
 		cr, err := s.cs.RbacV1().ClusterRoles().List(ctx, sel)
 		add("ClusterRoles", lenOf(cr, err, func() int { return len(cr.Items) }), err)
 		crb, err := s.cs.RbacV1().ClusterRoleBindings().List(ctx, sel)
@@ -477,16 +473,21 @@ func (s *icSystem) checkUninstall() {
 		rel, err := s.cs.CoreV1().Secrets(s.ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + release})
 		add("Helm release records", lenOf(rel, err, func() int { return len(rel.Items) }), err)
 		// The writer's ServiceAccount, Role and RoleBinding are kept on purpose (resource-policy
-		// keep): removing them under an armed writer would drop every token. Exactly those stay.
+		// keep): removing them under an armed writer would drop every token. So is the lease guard
+		// (its policy and binding) that protects their Leases. Exactly those stay.
 		kept := 0
+		vap, err := s.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, sel)
+		add("ValidatingAdmissionPolicies", lenOf(vap, err, func() int { return unkept(&kept, metas(vap.Items)) }), err)
+		vapb, err := s.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, sel)
+		add("ValidatingAdmissionPolicyBindings", lenOf(vapb, err, func() int { return unkept(&kept, metas(vapb.Items)) }), err)
 		sas, err := s.cs.CoreV1().ServiceAccounts(s.ns).List(ctx, sel)
 		add("ServiceAccounts", lenOf(sas, err, func() int { return unkept(&kept, metas(sas.Items)) }), err)
 		roles, err := s.cs.RbacV1().Roles(s.ns).List(ctx, sel)
 		add("Roles", lenOf(roles, err, func() int { return unkept(&kept, metas(roles.Items)) }), err)
 		rbs, err := s.cs.RbacV1().RoleBindings(s.ns).List(ctx, sel)
 		add("RoleBindings", lenOf(rbs, err, func() int { return unkept(&kept, metas(rbs.Items)) }), err)
-		if kept != 3 && len(left) == 0 {
-			return fmt.Errorf("%d objects kept by resource-policy, want the writer's ServiceAccount, Role and RoleBinding", kept)
+		if kept != 5 && len(left) == 0 {
+			return fmt.Errorf("%d objects kept by resource-policy, want the writer's ServiceAccount, Role and RoleBinding and the lease guard's policy and binding", kept)
 		}
 		pdbs, err := s.cs.PolicyV1().PodDisruptionBudgets(s.ns).List(ctx, sel)
 		add("PodDisruptionBudgets", lenOf(pdbs, err, func() int { return len(pdbs.Items) }), err)

@@ -140,7 +140,11 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		}
 	}
 
-	d, lookups := h.decide(ctx, in)
+	// The ConfigMaps the review reads: only the keys its containers can make matter, charged to
+	// the process's budget until the review is answered (configmapread.go).
+	load := newReviewLoad(start, in.Object, in.Old)
+	defer load.release()
+	d, lookups := h.decide(withReviewLoad(ctx, load), in)
 
 	h.Metrics.observe(kind, d.Allowed, d.Reason, time.Since(start))
 	kv := []any{"allowed", d.Allowed, "reason", d.Reason, "lookups", lookups, "tookMs", time.Since(start).Milliseconds()}
@@ -253,7 +257,9 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 			break
 		}
 		judged++
-		d, n := Evaluate(ctx, h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change}, h.Policy, h.now())
+		load := newReviewLoad(start, w)
+		d, n := Evaluate(withReviewLoad(ctx, load), h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change}, h.Policy, h.now())
+		load.release()
 		lookups += n
 		warnings = append(warnings, d.Warnings...)
 		if !d.Allowed {

@@ -48,6 +48,9 @@ type Handler struct {
 	// that finds no slot before its deadline gets HTTP 429, which the API server treats as a
 	// webhook failure (workloads fail closed, Pods fail open). 0 means DefaultMaxInFlight.
 	MaxInFlight int
+	// WorkBudget is the steps one review may spend resolving environments (Budget); 0 means
+	// DefaultBudget. A smaller budget refuses complex armed objects sooner, never admits more.
+	WorkBudget int64
 }
 
 // DefaultMaxInFlight is the reviews one webhook process works on at once by default.
@@ -129,7 +132,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		return malformed(fmt.Errorf("object: %w", err))
 	}
 	h.verifyOwner(obj)
-	in := Input{Operation: req.Operation, Object: obj}
+	in := Input{Operation: req.Operation, Object: obj, Budget: NewBudget(h.WorkBudget)}
 	if req.Operation == admissionv1.Update {
 		old, err := DecodeWorkload(gvk, req.Namespace, req.OldObject.Raw)
 		if err != nil {
@@ -258,7 +261,7 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 		}
 		judged++
 		load := newReviewLoad(start, w)
-		d, n := Evaluate(withReviewLoad(ctx, load), h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change}, h.Policy, h.now())
+		d, n := Evaluate(withReviewLoad(ctx, load), h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change, Budget: NewBudget(h.WorkBudget)}, h.Policy, h.now())
 		load.release()
 		lookups += n
 		warnings = append(warnings, d.Warnings...)

@@ -120,6 +120,11 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 			NextProtos: []string{"http/1.1"},
 		},
 	}
+	if o.clientCAFile != "" {
+		if err := requireClientCerts(server.tlsConfig, o.clientCAFile, o.clientNames); err != nil {
+			return err
+		}
+	}
 	if err := mgr.Add(server); err != nil {
 		return err
 	}
@@ -170,7 +175,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	}
 
 	log.Info("starting", "webhookPort", o.webhookPort, "certDir", o.certDir, "certRotation", o.certRotation,
-		"namespace", o.namespace, "guardedNamespaces", o.guardedNamespaces, "maxInFlight", o.maxInFlight, "maxShards", o.maxShards, "requireLiveLease", o.requireLiveLease, "cacheAllowedTTL", o.cacheAllowedTTL, "watchLeases", o.watchLeases, "metrics", o.metricsAddr, "probes", o.probeAddr)
+		"namespace", o.namespace, "guardedNamespaces", o.guardedNamespaces, "maxInFlight", o.maxInFlight, "clientCertificates", o.clientCAFile != "", "maxShards", o.maxShards, "requireLiveLease", o.requireLiveLease, "cacheAllowedTTL", o.cacheAllowedTTL, "watchLeases", o.watchLeases, "metrics", o.metricsAddr, "probes", o.probeAddr)
 	if err := mgr.Start(ctx); err != nil {
 		return err
 	}

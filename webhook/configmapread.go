@@ -21,6 +21,8 @@ const (
 	reviewKeptBytes     = 1 << 20
 	processKeptBytes    = 8 << 20
 	maxConfigMapStreams = 8
+	// wholeConfigMapBytes is more than any ConfigMap etcd stores holds.
+	wholeConfigMapBytes = 3 << 20
 	// configMapFetchTimeout bounds one shared GET (its waiters each keep their own deadline).
 	configMapFetchTimeout = 10 * time.Second
 )
@@ -187,8 +189,13 @@ func (r *configMapReader) fly(key string, fl *cmFlights, f *cmFlight, namespace,
 	}
 }
 
-// fetch GETs the ConfigMap as a stream and keeps what filter accepts.
+// fetch GETs the ConfigMap as a stream and keeps what filter accepts: at most reviewKeptBytes,
+// or a whole ConfigMap (wholeConfigMapBytes) for a caller that gave no filter.
 func (r *configMapReader) fetch(ctx context.Context, namespace, name string, filter *keyFilter) (ConfigMapFact, int64) {
+	limit := reviewKeptBytes
+	if filter == nil {
+		limit = wholeConfigMapBytes
+	}
 	if err := r.streams.Acquire(ctx, 1); err != nil {
 		return ConfigMapFact{Err: fmt.Errorf("getting ConfigMap %s/%s: %w", namespace, name, err)}, 0
 	}
@@ -207,7 +214,7 @@ func (r *configMapReader) fetch(ctx context.Context, namespace, name string, fil
 				data[k], kept = v, kept+len(v)
 			}
 		}
-		if kept > reviewKeptBytes {
+		if kept > limit {
 			return ConfigMapFact{Err: fmt.Errorf("ConfigMap %s/%s: %w", namespace, name, errTooLarge)}, 0
 		}
 		return ConfigMapFact{Data: data}, int64(kept)
@@ -217,7 +224,7 @@ func (r *configMapReader) fetch(ctx context.Context, namespace, name string, fil
 		return getError(namespace, name, err), 0
 	}
 	defer body.Close()
-	data, _, err := skimConfigMap(body, filter.keep, reviewKeptBytes)
+	data, _, err := skimConfigMap(body, filter.keep, limit)
 	if err != nil {
 		return ConfigMapFact{Err: fmt.Errorf("reading ConfigMap %s/%s: %w", namespace, name, err)}, 0
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,6 +149,8 @@ func TestTransportSurvivesHostileClients(t *testing.T) {
 			t.Cleanup(srv.Close)
 			addr := strings.TrimPrefix(srv.URL, "https://")
 
+			runtime.GC()
+			base := heapObjects()
 			stop := make(chan struct{})
 			var attackers []*attacker
 			for range at.n {
@@ -164,6 +167,11 @@ func TestTransportSurvivesHostileClients(t *testing.T) {
 			}
 			time.Sleep(500 * time.Millisecond) // let every attacker's headers (and prefix) arrive
 
+			// What the attackers cost: bytes they sent, never bytes they claimed.
+			extra := int64(heapObjects()) - int64(base)
+			if limit := int64(at.n)*int64(at.prefix) + 32<<20; extra > limit {
+				t.Errorf("with the attackers' headers in, the heap grew by %d MiB; they sent %d MiB in all", extra>>20, int64(at.n)*int64(at.prefix)>>20)
+			}
 			client := srv.Client()
 			for round := range 3 {
 				for _, c := range transportCases(t) {

@@ -132,10 +132,8 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 			_ = rc.SetReadDeadline(time.Time{})
 		}
 	}()
+	// Grown as the body arrives: a Content-Length is a claim, never an allocation.
 	var body []byte
-	if r.ContentLength > 0 {
-		body = make([]byte, 0, r.ContentLength)
-	}
 	for {
 		n := bodyChunk
 		if r.ContentLength >= 0 {
@@ -158,7 +156,7 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 			_ = rc.SetReadDeadline(dl)
 		}
 		if cap(body)-len(body) < n {
-			body = append(body, make([]byte, n)...)[:len(body)]
+			body = append(body[:len(body):len(body)], make([]byte, n)...)[:len(body)]
 		}
 		got, err := io.ReadFull(r.Body, body[len(body):len(body)+n])
 		body = body[:len(body)+got]

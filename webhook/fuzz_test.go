@@ -305,8 +305,7 @@ func FuzzAdmissionReview(f *testing.F) {
 	// fuzzing instead of stalling on a slow input while it minimizes: bodies of at most
 	// fuzzMaxBody, a work budget of fuzzWorkBudget steps and a few shards. Every property below
 	// holds for any budget (a spent budget makes values unknowable, which refuses).
-	h := webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, Policy: webhook.Policy{RequireLiveLease: true, MaxShards: 4},
-		LookupTimeout: fuzzInputBudget, WorkBudget: fuzzWorkBudget, Log: logr.Discard(), Readers: fuzzReaders(f), Owners: fakeOwners{}})
+	h := fuzzHandler(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if len(body) > fuzzMaxBody {
 			return
@@ -338,6 +337,12 @@ func FuzzAdmissionReview(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzHandler is the handler FuzzAdmissionReview feeds: an empty cluster, one ConfigMap reader.
+func fuzzHandler(t testing.TB) http.Handler {
+	return webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, Policy: webhook.Policy{RequireLiveLease: true, MaxShards: 4},
+		LookupTimeout: fuzzInputBudget, WorkBudget: fuzzWorkBudget, Log: logr.Discard(), Readers: fuzzReaders(t), Owners: fakeOwners{}})
 }
 
 // Bounds of FuzzAdmissionReview's inputs (see there).

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/noetl/ehdb-election/election"
 	"github.com/noetl/ehdb-election/webhook"
@@ -195,25 +196,26 @@ func TestSkimConfigMap(t *testing.T) {
 	}
 }
 
-// FuzzSkimConfigMap: wherever encoding/json decodes a ConfigMap, the skimmer keeps the same data.
+// FuzzSkimConfigMap: wherever client-go's decoder (case-sensitive, sigs.k8s.io/json) decodes a
+// ConfigMap, the skimmer keeps the same data.
 func FuzzSkimConfigMap(f *testing.F) {
 	f.Add([]byte(`{"kind":"ConfigMap","metadata":{"name":"a"},"data":{"a":"1","NOETL_X":"\"\\"}}`))
 	f.Add([]byte(`{"data":{"a":"\u00e9","b":"x"},"binaryData":{"c":"AA=="},"immutable":true}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var cm corev1.ConfigMap
-		if json.Unmarshal(in, &cm) != nil || !json.Valid(in) || bytes.Count(in, []byte(`"data"`)) > 1 {
+		if kjson.UnmarshalCaseSensitivePreserveInts(in, &cm) != nil || !json.Valid(in) || bytes.Count(in, []byte(`"data"`)) > 1 {
 			return
 		}
 		got, _, err := webhook.SkimConfigMap(bytes.NewReader(in), func(string) bool { return true }, 1<<20)
 		if err != nil {
-			t.Fatalf("encoding/json decodes %q, the skimmer: %v", in, err)
+			t.Fatalf("client-go decodes %q, the skimmer: %v", in, err)
 		}
 		if len(got) != len(cm.Data) {
-			t.Fatalf("%q: skimmer %q, encoding/json %q", in, got, cm.Data)
+			t.Fatalf("%q: skimmer %q, client-go %q", in, got, cm.Data)
 		}
 		for k, v := range cm.Data {
 			if got[k] != v {
-				t.Fatalf("%q: key %q: skimmer %q, encoding/json %q", in, k, got[k], v)
+				t.Fatalf("%q: key %q: skimmer %q, client-go %q", in, k, got[k], v)
 			}
 		}
 	})

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -107,10 +108,13 @@ type configMapReader struct {
 	kept    *semaphore.Weighted
 	mu      sync.Mutex
 	flights map[string]*cmFlights
+	// cache keeps what reads kept, by the resourceVersion they were read at.
+	cache      map[string]cmCached
+	cacheBytes int64
 }
 
 func newConfigMapReader(c kubernetes.Interface) *configMapReader {
-	return &configMapReader{client: c, streams: semaphore.NewWeighted(maxConfigMapStreams), kept: semaphore.NewWeighted(processKeptBytes), flights: map[string]*cmFlights{}}
+	return &configMapReader{client: c, streams: semaphore.NewWeighted(maxConfigMapStreams), kept: semaphore.NewWeighted(processKeptBytes), flights: map[string]*cmFlights{}, cache: map[string]cmCached{}}
 }
 
 // cmFlights is the GET in flight for one key and the one that will follow it.
@@ -219,6 +223,22 @@ func (r *configMapReader) fetch(ctx context.Context, namespace, name string, fil
 		}
 		return ConfigMapFact{Data: data}, int64(kept)
 	}
+	// Its metadata first: when its resourceVersion is the one the kept keys were read at, they
+	// are current (the GET is a quorum read made after the review began), and the API server
+	// need not send the whole ConfigMap again.
+	raw, err := rc.Get().Namespace(namespace).Resource("configmaps").Name(name).
+		SetHeader("Accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1").Do(ctx).Raw()
+	if err != nil {
+		return getError(namespace, name, err), 0
+	}
+	var meta metav1.PartialObjectMetadata
+	if err := json.Unmarshal(raw, &meta); err != nil || meta.ResourceVersion == "" {
+		return ConfigMapFact{Err: fmt.Errorf("reading the metadata of ConfigMap %s/%s: no resourceVersion (%v)", namespace, name, err)}, 0
+	}
+	key := namespace + "/" + name + "\x02" + filter.signature()
+	if c, ok := r.cached(key, meta.ResourceVersion); ok {
+		return c.fact, c.kept
+	}
 	body, err := rc.Get().Namespace(namespace).Resource("configmaps").Name(name).SetHeader("Accept", "application/json").Stream(ctx)
 	if err != nil {
 		return getError(namespace, name, err), 0
@@ -232,7 +252,44 @@ func (r *configMapReader) fetch(ctx context.Context, namespace, name string, fil
 	for _, v := range data {
 		kept += len(v)
 	}
-	return ConfigMapFact{Data: data}, int64(kept)
+	fact := ConfigMapFact{Data: data}
+	// Kept under the version its metadata had: the content read is at that version or later, so
+	// it is served only while that version is still the current one, when the two are the same.
+	r.keep(key, meta.ResourceVersion, fact, int64(kept))
+	return fact, int64(kept)
+}
+
+// The kept keys of ConfigMaps by what they were read at, at most maxCachedKeptBytes in all.
+const maxCachedKeptBytes = 1 << 20
+
+type cmCached struct {
+	version string
+	fact    ConfigMapFact
+	kept    int64
+}
+
+func (r *configMapReader) cached(key, version string) (cmCached, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.cache[key]
+	return c, ok && c.version == version
+}
+
+func (r *configMapReader) keep(key, version string, fact ConfigMapFact, kept int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if kept > maxCachedKeptBytes/64 {
+		return
+	}
+	if old, ok := r.cache[key]; ok {
+		r.cacheBytes -= old.kept + int64(len(key))
+	}
+	if r.cacheBytes+kept+int64(len(key)) > maxCachedKeptBytes {
+		clear(r.cache)
+		r.cacheBytes = 0
+	}
+	r.cache[key] = cmCached{version: version, fact: fact, kept: kept}
+	r.cacheBytes += kept + int64(len(key))
 }
 
 func getError(namespace, name string, err error) ConfigMapFact {

@@ -26,37 +26,68 @@ import (
 	"github.com/noetl/ehdb-election/webhook"
 )
 
-// bigConfigMaps serves n ConfigMaps of size bytes each (one key "blob", and the fencing switch
-// off) the way the API server does, counting the GETs.
-func bigConfigMaps(t *testing.T, n, size int) (*httptest.Server, *atomic.Int64) {
+// fakeConfigMaps serves ConfigMaps the way the API server does (a whole one, or its metadata
+// when asked as PartialObjectMetadata), counting the whole ones sent.
+type fakeConfigMaps struct {
+	mu     sync.Mutex
+	bodies map[string][]byte // by path
+	metas  map[string][]byte
+	gets   atomic.Int64
+}
+
+func (f *fakeConfigMaps) put(t *testing.T, cm *corev1.ConfigMap) {
 	t.Helper()
-	bodies := map[string][]byte{}
-	for i := range n {
-		cm := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%d", i), Namespace: ns,
-				Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("{\"x\":\"\\\"\"}", 1000)}},
-			Data: map[string]string{"blob": strings.Repeat("x", size), webhook.EnvFencing: "shadow", "other": `a "quoted" \ value`}}
-		raw, err := json.Marshal(cm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bodies["/api/v1/namespaces/"+ns+"/configmaps/"+cm.Name] = raw
+	raw, err := json.Marshal(cm)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var gets atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		raw, ok := bodies[r.URL.Path]
-		if !ok || r.Method != http.MethodGet {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusNotFound)
-			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
-			return
-		}
-		gets.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(raw)
-	}))
+	meta, err := json.Marshal(metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"}, ObjectMeta: cm.ObjectMeta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/api/v1/namespaces/" + cm.Namespace + "/configmaps/" + cm.Name
+	f.mu.Lock()
+	f.bodies[path], f.metas[path] = raw, meta
+	f.mu.Unlock()
+}
+
+func (f *fakeConfigMaps) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	raw, ok := f.bodies[r.URL.Path]
+	meta := f.metas[r.URL.Path]
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if !ok || r.Method != http.MethodGet {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
+		return
+	}
+	if strings.Contains(r.Header.Get("Accept"), "as=PartialObjectMetadata") {
+		_, _ = w.Write(meta)
+		return
+	}
+	f.gets.Add(1)
+	_, _ = w.Write(raw)
+}
+
+func bigConfigMap(i, size int, fencing, version string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%d", i), Namespace: ns, ResourceVersion: version,
+			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("{\"x\":\"\\\"\"}", 1000)}},
+		Data: map[string]string{"blob": strings.Repeat("x", size), webhook.EnvFencing: fencing, "other": `a "quoted" \ value`}}
+}
+
+// bigConfigMaps serves n ConfigMaps of size bytes each (one key "blob", and the fencing switch
+// off) the way the API server does, counting the GETs of whole ones.
+func bigConfigMaps(t *testing.T, n, size int) (*httptest.Server, *fakeConfigMaps) {
+	t.Helper()
+	f := &fakeConfigMaps{bodies: map[string][]byte{}, metas: map[string][]byte{}}
+	for i := range n {
+		f.put(t, bigConfigMap(i, size, "shadow", "1"))
+	}
+	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	return srv, &gets
+	return srv, f
 }
 
 // readerOf is an unarmed Deployment whose only container reads every big ConfigMap with envFrom.
@@ -82,7 +113,8 @@ func heapObjects() uint64 {
 // by far less than one review's ConfigMaps, and concurrent reviews share their GETs.
 func TestConfigMapReadsHoldOnlyWhatMatters(t *testing.T) {
 	const n, size, concurrent = 32, 1 << 20, 8
-	api, gets := bigConfigMaps(t, n, size)
+	api, fake := bigConfigMaps(t, n, size)
+	gets := &fake.gets
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL, QPS: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +173,22 @@ func TestConfigMapReadsHoldOnlyWhatMatters(t *testing.T) {
 	}
 	if g := gets.Load(); g > 2*n {
 		t.Errorf("%d GETs for %d reviews of the same %d ConfigMaps at once; want them shared (at most %d)", g, concurrent, n, 2*n)
+	}
+
+	// Unchanged, they are not sent whole again; changed, the next review sees the change.
+	before := gets.Load()
+	if code, allowed, raw := decide(http.DefaultClient, srv.URL, body); code != 200 || !allowed {
+		t.Fatalf("the reader again: %d %s", code, raw)
+	}
+	if g := gets.Load() - before; g != 0 {
+		t.Errorf("%d whole ConfigMaps sent again, none of them changed; want 0", g)
+	}
+	fake.put(t, bigConfigMap(n-1, size, "enforce", "2"))
+	if code, allowed, raw := decide(http.DefaultClient, srv.URL, body); code != 200 || allowed {
+		t.Fatalf("the reader after its ConfigMap turned enforce: %d allowed=%v %.300s; want refused", code, allowed, raw)
+	}
+	if g := gets.Load() - before; g != 1 {
+		t.Errorf("%d whole ConfigMaps sent after one changed; want 1", g)
 	}
 }
 

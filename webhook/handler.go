@@ -208,6 +208,17 @@ func (h *Handler) deadline(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, timeout)
 }
 
+// Judge decides in as a review would (its ConfigMap reads filtered and budgeted), without HTTP.
+func (h *Handler) Judge(ctx context.Context, in Input) Decision {
+	load := newReviewLoad(time.Now(), in.Object, in.Old)
+	defer load.release()
+	if in.Budget == nil {
+		in.Budget = NewBudget(h.WorkBudget)
+	}
+	d, _ := h.decide(withReviewLoad(ctx, load), in)
+	return d
+}
+
 // decide bounds the lookups in time and evaluates.
 func (h *Handler) decide(ctx context.Context, in Input) (Decision, int) {
 	ctx, cancel := h.deadline(ctx)

@@ -70,8 +70,23 @@ func (s *sim) excuse(a, b *simProc) string {
 	if hb.op.landed.Before(ha.op.landed) {
 		older, newer = hb, ha
 	}
-	// never-seen: the newer holding is a create by a process that never saw the Lease exist.
-	if newer.op.what == "create" && newer.op.blind {
+	// A holding taken at once on the strength of the one before it (its token still valid as it
+	// sent: a create after a delete it saw while holding, say) carries that one's excuse.
+	for h := newer; h != nil; h = h.op.prev {
+		if name := s.excuseNewer(older, h); name != "" {
+			return name
+		}
+	}
+	return ""
+}
+
+func (s *sim) excuseNewer(older, newer *simHolding) string {
+	// never-seen: the newer holder created the Lease without ever having seen it exist, and has
+	// never been shown the incarnation the older holding lives on: all it knows of the shard's
+	// past began with its own create.
+	// Or it started only after that incarnation was deleted: it never saw it exist.
+	if inc := s.incs[older.uid]; older.uid != newer.uid && !newer.op.sawUID(older.uid) &&
+		(newer.op.p.blindFrom || (inc != nil && !inc.deleted.IsZero() && inc.deleted.Before(newer.op.p.started))) {
 		return "never-seen"
 	}
 	// create-delete-in-flight: the newer holding is a create; the older one lived on an
@@ -183,6 +198,7 @@ func (s *sim) quietPhase() {
 	errs := map[*simProc]uint64{}
 	for _, p := range s.live() {
 		errs[p] = totalErrors(p.e)
+		p.wakes = 0
 	}
 	for end := s.clk.Now().Add(bound); s.clk.Now().Before(end) && !s.failed; {
 		if s.loop {
@@ -202,6 +218,14 @@ func (s *sim) quietPhase() {
 	}
 	if s.failed {
 		return
+	}
+	for _, p := range s.live() {
+		// A driver wakes at its renew interval, or early for a takeover or a retry: never many
+		// times an interval for long (an error must not make it spin).
+		if limit := 10 * int(bound/p.cfg.renew+2); p.wakes > limit {
+			s.fail("p%d woke %d times in %v (renew %v): the driver spins", p.n, p.wakes, bound, p.cfg.renew)
+			return
+		}
 	}
 	var holders []string
 	for _, p := range s.procs {

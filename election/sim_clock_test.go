@@ -39,8 +39,8 @@ type simClock struct {
 	freezes [][2]time.Time
 	// suspends likewise, for the monotonic clock alone.
 	suspends [][2]time.Time
-	timers  map[*simTimer]struct{}
-	armed   uint64
+	timers   map[*simTimer]struct{}
+	armed    uint64
 }
 
 func newSimClock(tc *clocktesting.FakeClock, offset time.Duration, rate float64) *simClock {

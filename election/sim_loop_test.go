@@ -209,18 +209,20 @@ func (s *sim) fireDue() bool {
 	fired := false
 	for !s.failed {
 		var first *simTimer
+		var owner *simProc
 		var at time.Time
 		for _, p := range s.live() {
 			if p.paused {
 				continue
 			}
 			if t, due, ok := p.clk.nextTimer(); ok && !due.After(s.clk.Now()) && (first == nil || due.Before(at)) {
-				first, at = t, due
+				first, at, owner = t, due, p
 			}
 		}
 		if first == nil || !first.fire() {
 			return fired
 		}
+		owner.wakes++
 		fired = true
 		s.quiesce()
 	}

@@ -320,6 +320,7 @@ func (s *sim) quietStep() {
 			s.settleStep()
 		}
 		if p.e.nextDelay() <= 0 {
+			p.wakes++
 			s.run(p, func() { p.e.round(context.Background()) })
 			s.settleStep()
 		}

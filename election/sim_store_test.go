@@ -32,6 +32,11 @@ func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Leas
 	op := &simOp{p: p, what: what, issued: s.clk.Now(), req: req, apply: f, resp: make(chan simResult, 1),
 		blind: what == "create" && !p.e.d.everSeen, timerFrom: p.absentTrue, watchFrom: p.watchFrom,
 		sawN: len(p.sawList), handled: p.e.watchEvents.Load()}
+	if snap := p.e.state.Load(); what != "get" && snap.sent && p.e.fresh(p.clk.Now(), snap.lastSend, snap.lastBoot) {
+		// Its last holding has not lapsed (it may have been dropped just now, on the news this
+		// write acts on).
+		op.prev = p.holdings[snap.epoch]
+	}
 	if !s.loop {
 		s.ops <- op
 		r := <-op.resp

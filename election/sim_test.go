@@ -85,7 +85,7 @@ type simResult struct {
 type simOp struct {
 	p       *simProc
 	what    string
-	issued  time.Time // true time of the send
+	issued  time.Time             // true time of the send
 	req     *coordinationv1.Lease // what an update sent
 	baseRec *coordinationv1.Lease // the stored record an update replaced
 	apply   func() (*coordinationv1.Lease, error)
@@ -96,12 +96,13 @@ type simOp struct {
 	gone    bool // the caller stopped waiting (its context ended)
 
 	// What the sender knew as it sent (for the exact conditions of the non-guarantees).
-	blind     bool      // a create by a process that never saw the Lease exist
-	timerFrom time.Time // true time the sender began timing the absence it acts on
-	watchFrom time.Time // true time its unbroken watch began; zero: not watching
-	sawN      int    // how much of its sawList it had been shown
-	handled   uint64 // watch events its driver had handled
-	forged    bool   // an update on a record version an outsider blanked (a forged release)
+	blind     bool        // a create by a process that never saw the Lease exist
+	timerFrom time.Time   // true time the sender began timing the absence it acts on
+	watchFrom time.Time   // true time its unbroken watch began; zero: not watching
+	sawN      int         // how much of its sawList it had been shown
+	handled   uint64      // watch events its driver had handled
+	forged    bool        // an update on a record version an outsider blanked (a forged release)
+	prev      *simHolding // the sender's own holding, still valid as it sent
 }
 
 // simHolding is one epoch a process minted: the write that took it.
@@ -124,7 +125,7 @@ type simProc struct {
 	crashed                 bool // gets no more answers either
 	epoch                   uint64
 	holdings                map[uint64]*simHolding
-	lastSend                time.Time // true time of the send of its last successful write as holder
+	lastSend                time.Time   // true time of the send of its last successful write as holder
 	sawList                 []types.UID // incarnations its answers showed it, in order
 	delivered               []types.UID // the incarnation of every watch event handed to the process, in order
 	watchFrom               time.Time   // true time its current watch began; zero: none
@@ -139,7 +140,10 @@ type simProc struct {
 	sw        *simWatch
 	watchDown bool // Watch calls fail
 	releasing bool
-	replaced  bool // a new process took its place
+	replaced  bool      // a new process took its place
+	blindFrom bool      // it created the Lease without ever having seen it exist
+	started   time.Time // true time it started
+	wakes     int       // rounds run (step mode) or timers fired (loop mode) in the quiet phase
 }
 
 // simInc is one incarnation of the Lease (create to delete).
@@ -217,7 +221,7 @@ func (s *sim) fail(format string, args ...any) {
 }
 
 func (s *sim) spawn() {
-	p := &simProc{n: len(s.procs), holdings: map[uint64]*simHolding{}}
+	p := &simProc{n: len(s.procs), holdings: map[uint64]*simHolding{}, started: s.clk.Now()}
 	p.cfg = s.configs[s.rng.Intn(len(s.configs))]
 	var offset time.Duration
 	rate := 1.0
@@ -375,6 +379,7 @@ func (s *sim) applyOp(op *simOp) {
 		op.res = simResult{l, err}
 		if err == nil && op.what == "create" {
 			s.incs[l.UID] = &simInc{created: op.landed}
+			op.p.blindFrom = op.p.blindFrom || op.blind
 		}
 		if err == nil && op.what != "get" {
 			s.noteWrite(op, l)
@@ -586,21 +591,31 @@ func TestRandomizedSimulation(t *testing.T) {
 			seeds = append(seeds, base+int64(i))
 		}
 	}
-	var acquired, steps, skipped, limit, runs, loops int
+	steps := simSteps
+	if v := os.Getenv("EHDB_SIM_STEPS"); v != "" { // steps per seed (make sim)
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			steps = n
+		}
+	}
+	var acquired, taken, skipped, limit, runs, loops int
 	faults, excused, guard := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, seed := range seeds {
 		var s *sim
-		if loop := uint64(seed)%simLoopShare == 0; loop {
-			synctest.Test(t, func(t *testing.T) { s = simulate(t, seed, simSteps, true) })
+		loop := uint64(seed)%simLoopShare == 0
+		if m := os.Getenv("EHDB_SIM_MODE"); m != "" { // step or loop: every seed in one mode
+			loop = m == "loop"
+		}
+		if loop {
+			synctest.Test(t, func(t *testing.T) { s = simulate(t, seed, steps, true) })
 			loops++
 		} else {
-			s = simulate(t, seed, simSteps, false)
+			s = simulate(t, seed, steps, false)
 		}
 		runs++
 		if s.failMsg != "" {
 			t.Error(s.failMsg)
 		}
-		acquired, steps, skipped, limit = acquired+s.acquired, steps+s.steps, skipped+s.skipped, limit+s.limit
+		acquired, taken, skipped, limit = acquired+s.acquired, taken+s.steps, skipped+s.skipped, limit+s.limit
 		for k, v := range s.faults {
 			faults[k] += v
 		}
@@ -615,7 +630,7 @@ func TestRandomizedSimulation(t *testing.T) {
 		}
 	}
 	t.Logf("%d runs (%d on the real driver loop), %d steps, %d acquisitions, %d liveness phases skipped (extreme edits), %d at the epoch limit",
-		runs, loops, steps, acquired, skipped, limit)
+		runs, loops, taken, acquired, skipped, limit)
 	t.Logf("overlaps excused, in steps, by non-guarantee: %s", counts(excused, nonGuarantees))
 	t.Logf("faults: %s", counts(faults, nil))
 	t.Logf("participants' writes the lease guard would refuse: %s", counts(guard, nil))

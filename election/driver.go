@@ -116,22 +116,20 @@ func (e *Election) round(ctx context.Context) {
 			return
 		}
 		e.create(ctx)
-	case holder == e.identity && d.holds:
-		// checkLoss has just confirmed the record carries the epoch we hold.
+	case d.holds:
+		// checkLoss has just confirmed the record is our holding.
 		e.write(ctx, e.lapsed(now), Renewed)
-	case holder == e.identity && d.reclaim:
-		// Our own record, edited under us while our token was valid: no one else can hold a valid
-		// token, so we re-acquire at once, above every epoch seen.
+	case d.reclaimRV != "" && d.rec.ResourceVersion == d.reclaimRV:
+		// Our record, edited under us while our token was valid, and unchanged since: no one else
+		// can have acquired in between, so we re-acquire at once, above every epoch seen. Only at
+		// that resourceVersion: any later record may be someone's acquisition (see reclaimRV).
 		e.write(ctx, true, Acquired)
-	case holder == e.identity && e.ourMint(d.rec):
-		// Our acquisition committed but its answer was lost: it is ours, and it is still an
-		// acquisition (the token was never valid in between), unless it has lapsed meanwhile.
-		e.write(ctx, e.lapsed(now), Acquired)
 	case holder == "":
 		e.write(ctx, true, Acquired) // released: free at once
 	case e.takeoverAllowed(now):
-		// Also a record that names us with an epoch we did not mint (an outside edit): it is
-		// timed like anyone else's, because an edit may have put our name over a live holder's.
+		// Also a record that names us but is not our holding (an outside edit, an acquisition
+		// whose answer we never saw, a process sharing our identity): it is timed like anyone
+		// else's, because an edit may have put our name over a live holder's.
 		e.write(ctx, true, Acquired)
 	default:
 		e.report(HeldByOther, holder)
@@ -143,23 +141,46 @@ func (d *driver) current() bool {
 	return d.known && !d.stale && (d.ownWrite || d.watching)
 }
 
-// checkLoss drops the holding when the record we know no longer carries our holding: another
-// holder, no Lease, or our name with an epoch we did not mint. A renewal is only a renewal while
-// the record carries the epoch this process minted; adopting an edited one would hand the fence a
-// token that is lower than (or equal to) one already issued. The drop happens here, when we learn
-// it, not at the next renewal.
+// checkLoss drops the holding when the record we know is no longer our holding (see ours). The
+// drop happens here, when we learn it, not at the next renewal.
 func (e *Election) checkLoss(now time.Time) {
 	d := &e.d
-	if !d.holds || (d.rec != nil && holderOf(d.rec) == e.identity && epochOf(d.rec) == d.epoch) {
+	if !d.holds || e.ours(d.rec, now) {
 		return
 	}
 	d.holds = false
-	d.reclaim = d.rec != nil && holderOf(d.rec) == e.identity && e.fresh(now, d.lastSend, d.lastBoot)
+	d.reclaimRV = ""
+	if d.rec != nil && holderOf(d.rec) == e.identity && e.fresh(now, d.lastSend, d.lastBoot) {
+		d.reclaimRV = d.rec.ResourceVersion
+	}
 	e.publish()
 	holder := holderOf(d.rec)
 	e.log.Warn("lost the lease", "epoch", d.epoch, "holder", holder, "deleted", d.rec == nil)
 	e.report(Lost, holder)
 	e.emit(Event{Outcome: Lost, Epoch: d.epoch, Holder: holder, From: d.heldFrom, Until: e.dropInstant(now)})
+}
+
+// ours says whether rec is still the holding this process minted: the very record our last
+// successful write produced (its resourceVersion), or — seen while our token is still fresh — a
+// record that names us with our epoch and a duration no shorter than ours. The second covers a
+// renewal whose answer was lost and harmless edits (a label): while our token is fresh no one else
+// can have acquired, so the record's lineage since our write holds only our writes and edits. A
+// record seen once our token has lapsed may be anyone's (an edit naming us over another holder's),
+// one with another epoch would hand the fence a token already issued, and one with a shorter
+// duration lets candidates take over before our token lapses: each is a loss. Accepting a record
+// makes its resourceVersion ours, so the next check of the same record agrees.
+func (e *Election) ours(rec *coordinationv1.Lease, now time.Time) bool {
+	d := &e.d
+	switch {
+	case rec == nil || holderOf(rec) != e.identity || epochOf(rec) != d.epoch:
+		return false
+	case d.ownRV != "" && rec.ResourceVersion == d.ownRV:
+		return true
+	case e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:
+		d.ownRV = rec.ResourceVersion
+		return true
+	}
+	return false
 }
 
 // mayCreate says whether an absent Lease may be created now. Absence is timed from its first
@@ -168,23 +189,40 @@ func (e *Election) checkLoss(now time.Time) {
 // delete. The wait is the longest duration we have reason to believe in; it is skipped only when
 // we held a valid token as we learned of the absence (no one else can have held one then) or when
 // this process never saw the Lease exist (see the package doc: that case is the lease guard's).
+//
+// An absence counts only under an unbroken watch, from the later of its first sighting and the
+// watch's start: two reads that both find no Lease say nothing of a create and delete between
+// them, and someone else's holding could have begun there. A create before the watch began ends
+// its holder's token within one lease of it, which the wait covers.
 func (e *Election) mayCreate() bool {
 	d := &e.d
-	return d.absentWait == 0 || e.clock.Since(d.absentSince) > d.absentWait
+	if d.absentWait == 0 {
+		return true
+	}
+	return d.watching && e.clock.Since(d.absenceTimedFrom()) > d.absentWait
+}
+
+// absenceTimedFrom is where the timing of an absence starts: its first sighting, or the start of
+// the watch that has seen everything since, whichever is later.
+func (d *driver) absenceTimedFrom() time.Time {
+	if d.watchFrom.After(d.absentSince) {
+		return d.watchFrom
+	}
+	return d.absentSince
 }
 
 // believed is the duration a candidate must wait out for rec: the longest it has reason to believe
-// in — the record's, its own configuration's, and the longest recently seen on this Lease. A
-// shortened leaseDurationSeconds (an outside edit) must not shorten the wait: the holder's token is
-// valid for the duration it wrote, not the one someone else wrote over it.
+// in — the record's, its own configuration's, and the longest seen on this Lease since the last
+// release it saw. A shortened leaseDurationSeconds (an outside edit) must not shorten the wait: the
+// holder's token is valid for the duration it wrote, not the one someone else wrote over it. And
+// the longest is never forgotten with time, only at a release: a candidate that was partitioned
+// cannot know the holder it last saw has gone, however long ago it saw it (processes with different
+// durations run side by side in a rolling update).
 func (e *Election) believed(rec *coordinationv1.Lease) time.Duration {
 	d := &e.d
-	dur := e.cfg.LeaseDuration
+	dur := max(e.cfg.LeaseDuration, d.longest)
 	if rec != nil {
 		dur = max(dur, leaseDuration(rec, dur))
-	}
-	if d.longest > dur && e.clock.Since(d.longestAt) <= d.longest {
-		dur = d.longest
 	}
 	return dur
 }
@@ -261,29 +299,21 @@ func (e *Election) see(l *coordinationv1.Lease) {
 	}
 	e.remember(l)
 	d.rec, d.known, d.stale, d.ownWrite = l, true, false, false
-	if !e.ourMint(l) {
-		d.minting = 0 // the write in doubt did not commit, or did and was overwritten
-	}
-}
-
-// ourMint says whether rec is the acquisition whose answer we are missing: our name, the epoch we
-// minted and the renewTime we sent, to the microsecond. The name and epoch alone are not enough: an
-// outside edit that puts our name on another holder's record can carry the epoch we tried for.
-func (e *Election) ourMint(rec *coordinationv1.Lease) bool {
-	d := &e.d
-	return d.minting != 0 && rec != nil && holderOf(rec) == e.identity && epochOf(rec) == d.minting &&
-		rec.Spec.RenewTime != nil && rec.Spec.RenewTime.Equal(&d.mintedAt)
 }
 
 // remember keeps what a record tells about the past: its epoch (epochs never go backwards) and its
-// duration (a candidate never waits out less than the longest it recently saw).
+// duration (a candidate never waits out less than the longest it saw since the last release). A
+// released record ends every holding before it (its holder dropped its token, and each earlier
+// holder had lapsed before that one acquired), so only then may a longer duration be forgotten.
 func (e *Election) remember(l *coordinationv1.Lease) {
 	d := &e.d
 	d.everSeen = true
 	d.maxSeen = max(d.maxSeen, epochOf(l))
-	if dur := leaseDuration(l, e.cfg.LeaseDuration); dur >= d.longest || e.clock.Since(d.longestAt) > d.longest {
-		d.longest, d.longestAt = dur, e.clock.Now()
+	if holderOf(l) == "" {
+		d.longest = 0
+		return
 	}
+	d.longest = max(d.longest, leaseDuration(l, 0))
 }
 
 // seeAbsent records that the Lease does not exist, now. deleted carries the last state a DELETED
@@ -312,8 +342,8 @@ func (e *Election) seeAbsent(deleted *coordinationv1.Lease) {
 func (e *Election) create(ctx context.Context) {
 	d := &e.d
 	epoch := d.maxSeen + 1
-	if epoch > 1<<31-1 {
-		e.countError("create", fmt.Errorf("epoch %d does not fit spec.leaseTransitions", epoch))
+	if err := fits(epoch); err != nil {
+		e.countError("create", err)
 		return
 	}
 	secs, transitions := int32(e.cfg.LeaseDuration/time.Second), int32(epoch)
@@ -329,28 +359,27 @@ func (e *Election) create(ctx context.Context) {
 			LeaseTransitions:     &transitions,
 		},
 	}
-	d.minting, d.mintedAt = epoch, *lease.Spec.RenewTime
 	cctx, cancel := context.WithTimeout(ctx, e.callTimeout)
 	got, err := e.store.Create(cctx, lease)
 	cancel()
 	e.settle(got, err, sent, boot, epoch, Acquired, "create")
 }
 
-// write PUTs the record with us as holder: an acquisition (next epoch) or a continuation of the
-// record's epoch (a renewal, or an acquisition whose answer was lost), counted as outcome.
+// write PUTs the record with us as holder: an acquisition (next epoch) or a renewal (the record's
+// epoch), counted as outcome.
 func (e *Election) write(ctx context.Context, acquire bool, outcome Outcome) {
 	d := &e.d
 	next := d.rec.DeepCopy()
 	epoch := epochOf(d.rec)
 	if acquire {
 		epoch, outcome = max(epochOf(d.rec), d.maxSeen)+1, Acquired
-		if epoch > 1<<31-1 {
-			e.countError("update", fmt.Errorf("epoch %d does not fit spec.leaseTransitions", epoch))
+		if err := fits(epoch); err != nil {
+			e.countError("update", err)
 			return
 		}
 	}
-	d.reclaim = false
-	secs, transitions := int32(e.cfg.LeaseDuration/time.Second), int32(epoch)
+	d.reclaimRV = ""
+	secs, transitions := e.writtenDuration(d.rec), int32(epoch)
 	sent := e.clock.Now()
 	boot := e.bootAt(sent)
 	next.Spec.HolderIdentity = &e.identity
@@ -360,13 +389,34 @@ func (e *Election) write(ctx context.Context, acquire bool, outcome Outcome) {
 	if acquire {
 		next.Spec.AcquireTime = microTime(sent)
 	}
-	if outcome == Acquired {
-		d.minting, d.mintedAt = epoch, *next.Spec.RenewTime
-	}
 	cctx, cancel := context.WithTimeout(ctx, e.callTimeout)
 	got, err := e.store.Update(cctx, next)
 	cancel()
 	e.settle(got, err, sent, boot, epoch, outcome, "update")
+}
+
+// writtenDuration is the leaseDurationSeconds a write over rec carries: our own, or the record's
+// when that is longer and rec is not released. Someone else's holding may still be valid for the
+// record's duration (a rolling update runs longer and shorter leases side by side), and a third
+// process that sees only our record must not wait out less; once released, every earlier holding
+// has ended. The chart's lease guard refuses a shorter duration over a record that is not released.
+func (e *Election) writtenDuration(rec *coordinationv1.Lease) int32 {
+	dur := e.cfg.LeaseDuration
+	if holderOf(rec) != "" {
+		dur = max(dur, leaseDuration(rec, dur))
+	}
+	return int32(min(dur/time.Second, 1<<31-1))
+}
+
+// fits says whether epoch can be written to spec.leaseTransitions (an int32). Past it the shard
+// cannot elect at all: an outside edit to the limit, which the lease guard refuses (it admits only
+// +1 per write). Reported on every attempt, never a silent stall.
+func fits(epoch uint64) error {
+	if epoch > 1<<31-1 {
+		return fmt.Errorf("epoch %d does not fit spec.leaseTransitions (int32): the Lease's epoch is at its limit, "+
+			"so no acquisition can mint a higher one; the shard cannot elect until the Lease is recreated", epoch)
+	}
+	return nil
 }
 
 // settle applies a write's answer. sent is when the write left: the token is valid for a lease
@@ -379,7 +429,7 @@ func (e *Election) settle(got *coordinationv1.Lease, err error, sent time.Time, 
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 		// Someone else wrote first: a lost round, not an error, and never retried here. A 409 is
 		// an answer: our write did not commit.
-		d.stale, d.minting = true, 0
+		d.stale = true
 		if d.holds {
 			e.log.Info("the lease changed under us; the next round reads it again", "op", op, "epoch", d.epoch)
 		} else {
@@ -388,16 +438,15 @@ func (e *Election) settle(got *coordinationv1.Lease, err error, sent time.Time, 
 		}
 		return
 	default:
-		// No answer: the write may or may not have committed (d.minting says which epoch, if it
-		// was an acquisition); the next read decides.
+		// No answer: the write may or may not have committed. The next read decides, and an
+		// acquisition that did commit is never adopted (see ours): the record is timed like any.
 		d.stale = true
 		e.countError(op, err)
 		return
 	}
 	answered := e.clock.Now()
-	d.minting = 0
 	e.see(got)
-	d.ownWrite = true
+	d.ownWrite, d.ownRV = true, got.ResourceVersion
 	if outcome == Acquired || !d.holds {
 		d.heldFrom = answered
 	}
@@ -491,11 +540,14 @@ func (e *Election) takeoverDelay() time.Duration {
 		if e.mayCreate() {
 			return 0
 		}
-		return d.absentWait - e.clock.Since(d.absentSince) + time.Microsecond
+		if !d.watching {
+			return e.cfg.RenewInterval // an absence counts only under a watch: wait for one
+		}
+		return d.absentWait - e.clock.Since(d.absenceTimedFrom()) + time.Microsecond
 	case holder == "":
 		return 0
-	case holder == e.identity && (d.holds || e.ourMint(d.rec)):
-		return e.cfg.RenewInterval
+	case d.reclaimRV != "" && d.rec.ResourceVersion == d.reclaimRV:
+		return 0
 	default:
 		dur := e.believed(d.rec)
 		mono := dur - e.clock.Since(d.obs.since) + time.Microsecond

@@ -1,57 +1,3 @@
-// Package election runs the per-shard Lease election that mints a writer's fencing tokens.
-//
-// One process runs one election, over the coordination.k8s.io/v1 Lease LeaseName(shard). The epoch
-// (the fencing token) lives in spec.leaseTransitions: 0 is "never issued", every acquisition writes
-// the previous value + 1, a renewal never changes it. A writer asks Token() on its write path, a
-// lock-free read; the answer is computed locally from the send time of the last successful write,
-// so a partitioned or paused writer stops claiming a valid token on time, with no API call.
-//
-// # What it guarantees
-//
-// At no instant do two processes hold a valid token for one shard, and the epochs one process holds
-// only go up. This holds under crashes, pauses, partitions, lost or late answers, requests applied
-// after their caller gave up, watches that drop, lag or replay, and these edits of the Lease by
-// someone else:
-//
-//   - deletion: an absent Lease is created only after its absence has been seen for the longest
-//     lease duration this process believes in (timed from the first sighting of the absence, or
-//     the DELETED event, whichever is later), so a holder that renewed unseen just before the
-//     delete has lapsed first;
-//   - leaseTransitions edited on a held record: a renewal is a renewal only while the record carries
-//     the epoch this process minted; anything else is a loss, and the next acquisition goes above
-//     the highest epoch seen;
-//   - leaseDurationSeconds shortened: a candidate waits out the longest duration it has reason to
-//     believe in (the record's, its own configuration's, the longest recently seen on the Lease);
-//   - holderIdentity or renewTime edited: the record is timed like any record that changed, from
-//     when it was first seen, on the candidate's monotonic clock.
-//
-// # What it assumes of clocks
-//
-// Clock offsets between nodes do not matter: a candidate times a record on its own monotonic clock
-// from when it first saw it, never by comparing its wall clock with the renewTime another node
-// wrote. Clock rates must agree within MaxClockRateDifference; the holder shortens its own validity
-// by that margin so that a fast candidate clock and a slow holder clock still cannot overlap. A
-// process suspended (laptop lid, VM pause) for longer than the lease never reports a valid token on
-// resume: validity is checked on a clock that keeps counting through a suspend as well.
-//
-// # What it does not guarantee
-//
-//   - Epochs are monotonic per process and, while the Lease is never deleted, per shard. A process
-//     that never saw the Lease exist cannot know the epochs before a deletion: it creates the Lease
-//     at once, with epoch 1, and may overlap a holder whose Lease was deleted under it. Deletion is
-//     therefore the cluster's to refuse: the chart's lease guard forbids it (and keeps
-//     leaseTransitions from decreasing across processes).
-//   - A write in flight across someone else's create-then-delete may still land (a create cannot be
-//     made conditional on "never existed"); again, only a cluster that refuses deletes closes it.
-//   - Anyone who can write the Lease can impersonate a release (blank the holder) or a holder; no
-//     client-side algorithm can tell such a write from the real one. The lease guard admits writes
-//     to ehdb-shard-* Leases from the writer's ServiceAccount only.
-//   - The fence, not this package, must reject writes with a stale epoch: a valid token says "no one
-//     else holds a valid token now", not that a write sent with it arrives before the token lapses.
-//
-// OnEvent runs on the election's goroutine: it must return quickly (the election does not renew
-// while it runs). It may call Release, which then drops the token, returns at once and lets the
-// election hand the Lease over as it stops.
 package election
 
 import (
@@ -69,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 )
 
@@ -200,20 +145,23 @@ type driver struct {
 	obs     observation
 	maxSeen uint64 // highest epoch seen for this shard, so epochs never go backwards
 
+	watchFrom time.Time // when the current unbroken watch began (the driver learned of it)
+
 	// everSeen: this process has seen the Lease exist (or be deleted). absentSince/absentWait time
 	// an absent Lease from the first sighting of its absence.
 	everSeen    bool
 	absentSince time.Time
 	absentWait  time.Duration
-	// longest is the longest leaseDurationSeconds recently seen on the Lease, at longestAt.
-	longest   time.Duration
-	longestAt time.Time
-	// minting is the epoch of an acquisition whose answer never came (it may have committed); 0
-	// when no write is in doubt.
-	minting  uint64
-	mintedAt metav1.MicroTime // the renewTime that acquisition wrote
-	raceLost bool             // a write lost with a 409: log the winner once the next read shows it
-	reclaim  bool             // our record was edited under a valid token of ours: re-acquire at once
+	// longest is the longest leaseDurationSeconds seen on the Lease since the last release seen.
+	longest time.Duration
+	// ownRV is the resourceVersion of the record our last successful write produced (or that ours
+	// accepted as our holding): the record a renewal or a release may act on.
+	ownRV    string
+	raceLost bool // a write lost with a 409: log the winner once the next read shows it
+	// reclaimRV is the record, naming us, that was edited under a valid token of ours: re-acquire
+	// at once while the Lease is still at exactly that resourceVersion, and only then (no one else
+	// can have acquired before it, since our token was valid; anyone may have after).
+	reclaimRV string
 
 	holds    bool
 	epoch    uint64
@@ -409,40 +357,37 @@ func (e *Election) drop() time.Time {
 	return dropped
 }
 
-// handOver marks the Lease released once the driver has stopped. When the last thing we know is
-// not our record — an acquisition whose answer was lost, or a view made stale by a failed write —
-// one fresh read decides whether it is ours to release.
+// handOver marks the Lease released once the driver has stopped: only a holding this process
+// minted and still holds (see ours), never a record that merely carries its name — an outside edit
+// can put our name over another holder's live record, and a process sharing our identity by
+// mistake writes records we never minted. When our view may be stale (a failed write), one fresh
+// read decides; a compare-and-swap on that record makes the release land only on it.
 func (e *Election) handOver(ctx context.Context, dropped time.Time) error {
 	d := &e.d
-	if d.holds {
-		d.holds = false
-		e.emit(Event{Outcome: Released, Epoch: d.epoch, Holder: e.identity, From: d.heldFrom, Until: e.dropInstant(dropped)})
+	if !d.holds {
+		return nil
 	}
+	d.holds = false
+	e.emit(Event{Outcome: Released, Epoch: d.epoch, Holder: e.identity, From: d.heldFrom, Until: e.dropInstant(dropped)})
 	rec := d.rec
-	if d.minting != 0 || d.stale || !d.known {
-		fresh, err := e.store.Get(ctx, e.name)
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil
-		case err != nil:
-			e.countError("release", err)
-			return fmt.Errorf("election: releasing lease %s: %w", e.name, err)
+	if d.stale || !d.known {
+		fresh, err := e.reread(ctx)
+		if fresh == nil {
+			return err
 		}
 		rec = fresh
 	}
-	if rec == nil || holderOf(rec) != e.identity {
+	if !e.ours(rec, e.clock.Now()) {
 		return nil
 	}
 	err := e.putReleased(ctx, rec)
 	if apierrors.IsConflict(err) {
 		// Our last view was stale (e.g. a renewal was cut off in flight): one fresh read decides.
-		fresh, gerr := e.store.Get(ctx, e.name)
+		fresh, gerr := e.reread(ctx)
 		switch {
-		case apierrors.IsNotFound(gerr):
-			return nil
-		case gerr != nil:
+		case fresh == nil:
 			err = gerr
-		case holderOf(fresh) != e.identity:
+		case !e.ours(fresh, e.clock.Now()):
 			return nil // no longer ours to release
 		default:
 			err = e.putReleased(ctx, fresh)
@@ -457,6 +402,19 @@ func (e *Election) handOver(ctx context.Context, dropped time.Time) error {
 	}
 	e.log.Info("released the lease", "epoch", d.epoch)
 	return nil
+}
+
+// reread is handOver's fresh read: nil and no error when the Lease is gone.
+func (e *Election) reread(ctx context.Context) (*coordinationv1.Lease, error) {
+	fresh, err := e.store.Get(ctx, e.name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		e.countError("release", err)
+		return nil, fmt.Errorf("election: releasing lease %s: %w", e.name, err)
+	}
+	return fresh, nil
 }
 
 func (e *Election) putReleased(ctx context.Context, rec *coordinationv1.Lease) error {

@@ -31,7 +31,7 @@ func notBothValid(t *testing.T, what string, es ...*Election) {
 }
 
 // edit applies an outsider's change to the stored Lease, as kubectl edit would (a fresh read, a PUT).
-func edit(t *testing.T, store *fake.LeaseStore, change func(*coordinationv1.Lease)) {
+func edit(t *testing.T, store LeaseStore, change func(*coordinationv1.Lease)) {
 	t.Helper()
 	l := mustLease(t, store)
 	change(l)
@@ -59,6 +59,7 @@ func TestADeletedLeaseIsTimedFromTheFirstSightingOfItsAbsence(t *testing.T) {
 	clk.Step(lease - 2*renew + time.Second) // past t0 + lease: the stale sighting has run out
 	cand.round(ctx)                         // first sighting of the absence
 	notBothValid(t, "first sighting of the absence", holder, cand)
+	cand.handle(watchMsg{started: true}) // an absence is timed only under a watch
 	for holder.Token().Valid {
 		clk.Step(time.Second)
 		cand.round(ctx)

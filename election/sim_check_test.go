@@ -10,7 +10,7 @@ import (
 
 // nonGuarantees are the package doc's named non-guarantees: the only excuses the simulation grants
 // an overlap of two valid tokens, each matched by an exact condition (excuse), counted per name.
-var nonGuarantees = []string{"never-seen", "vm-freeze", "create-delete-in-flight", "impersonation", "fence"}
+var nonGuarantees = []string{"never-seen", "create-delete-unseen", "vm-freeze", "impersonation", "fence"}
 
 // check asserts the safety properties at the current instant.
 func (s *sim) check() {
@@ -84,25 +84,24 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 	// never-seen: the newer holder created the Lease without ever having seen it exist, and has
 	// never been shown the incarnation the older holding lives on: all it knows of the shard's
 	// past began with its own create.
-	// Or it started only after that incarnation was deleted: it never saw it exist.
-	if inc := s.incs[older.uid]; older.uid != newer.uid && !newer.op.sawUID(older.uid) &&
-		(newer.op.p.blindFrom || (inc != nil && !inc.deleted.IsZero() && inc.deleted.Before(newer.op.p.started))) {
+	if older.uid != newer.uid && newer.op.p.blindFrom && !newer.op.sawUID(older.uid) {
 		return "never-seen"
 	}
-	// create-delete-in-flight: the newer holding is a create; the older one lived on an
-	// incarnation deleted before that create landed, which the creator had never been shown when
-	// it sent the create — because that incarnation was created after the send (the create was in
-	// flight across it), or its events were still on their way down the creator's unbroken watch,
-	// or it had come and gone before the creator began timing the absence.
-	if newer.op.what == "create" && older.uid != newer.uid {
-		if inc := s.incs[older.uid]; inc != nil && !inc.deleted.IsZero() && !inc.deleted.After(newer.op.landed) &&
-			!newer.op.sawUID(older.uid) {
-			inFlight := inc.created.After(newer.op.issued)
-			lagging := !newer.op.watchFrom.IsZero() && !newer.op.watchFrom.After(inc.created)
-			timedAfter := newer.op.timerFrom.After(inc.created)
-			if inFlight || lagging || timedAfter {
-				return "create-delete-in-flight"
-			}
+	// create-delete-unseen: the older holding lived on an incarnation deleted before the newer
+	// holding landed, which the newer holder had never been shown when it sent its write —
+	// because that incarnation came and went before the newer holder's watch began and its
+	// holder's duration is longer than the newer holder believed in; or, for a create, because
+	// the incarnation's events were still on their way down its unbroken watch, or not yet sent
+	// (the incarnation was created after the create left).
+	if inc := s.incs[older.uid]; inc != nil && older.uid != newer.uid && !inc.deleted.IsZero() &&
+		!inc.deleted.After(newer.op.landed) && !newer.op.sawUID(older.uid) {
+		beforeWatch := !newer.op.watchFrom.IsZero() && !inc.deleted.After(newer.op.watchFrom) &&
+			older.duration > newer.op.believed
+		create := newer.op.what == "create"
+		inFlight := create && inc.created.After(newer.op.issued)
+		lagging := create && !newer.op.watchFrom.IsZero() && !newer.op.watchFrom.After(inc.created)
+		if beforeWatch || inFlight || lagging {
+			return "create-delete-unseen"
 		}
 	}
 	// impersonation: an outside write the lease guard refuses, landed after the older holding

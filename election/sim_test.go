@@ -96,19 +96,21 @@ type simOp struct {
 	gone    bool // the caller stopped waiting (its context ended)
 
 	// What the sender knew as it sent (for the exact conditions of the non-guarantees).
-	blind     bool        // a create by a process that never saw the Lease exist
-	timerFrom time.Time   // true time the sender began timing the absence it acts on
-	watchFrom time.Time   // true time its unbroken watch began; zero: not watching
-	sawN      int         // how much of its sawList it had been shown
-	handled   uint64      // watch events its driver had handled
-	forged    bool        // an update on a record version an outsider blanked (a forged release)
-	prev      *simHolding // the sender's own holding, still valid as it sent
+	blind     bool          // a create by a process that never saw the Lease exist
+	timerFrom time.Time     // true time the sender began timing the absence it acts on
+	watchFrom time.Time     // true time its unbroken watch began; zero: not watching
+	sawN      int           // how much of its sawList it had been shown
+	handled   uint64        // watch events its driver had handled
+	forged    bool          // an update on a record version an outsider blanked (a forged release)
+	prev      *simHolding   // the sender's own holding, still valid as it sent
+	believed  time.Duration // the longest duration the sender believed in as it sent
 }
 
 // simHolding is one epoch a process minted: the write that took it.
 type simHolding struct {
-	op  *simOp
-	uid types.UID
+	op       *simOp
+	uid      types.UID
+	duration time.Duration // the duration its record states
 }
 
 type simProc struct {
@@ -307,7 +309,7 @@ func (s *sim) noteWrite(op *simOp, l *coordinationv1.Lease) {
 		return // a release
 	}
 	if _, ok := p.holdings[ep]; !ok {
-		p.holdings[ep] = &simHolding{op: op, uid: l.UID}
+		p.holdings[ep] = &simHolding{op: op, uid: l.UID, duration: time.Duration(durationSecsOf(l)) * time.Second}
 	}
 	if s.before[ep] == p {
 		return // a holding from before an epoch-lowering fault goes on

@@ -96,7 +96,9 @@ func (e *Election) handle(m watchMsg) {
 	d := &e.d
 	switch {
 	case m.started:
-		d.watching = true
+		// What happened while no watch ran is unknown until a read: the stream's first events
+		// may still be in flight, so the next round reads rather than deciding on the old record.
+		d.watching, d.watchFrom, d.stale = true, e.clock.Now(), true
 		return
 	case m.ended:
 		d.watching = false

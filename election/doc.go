@@ -1,0 +1,86 @@
+// Package election runs the per-shard Lease election that mints a writer's fencing tokens.
+//
+// One process runs one election, over the coordination.k8s.io/v1 Lease LeaseName(shard). The epoch
+// (the fencing token) lives in spec.leaseTransitions: 0 is "never issued", every acquisition writes
+// the previous value + 1, a renewal never changes it. A writer asks Token() on its write path, a
+// lock-free read; the answer is computed locally from the send time of the last successful write,
+// so a partitioned or paused writer stops claiming a valid token on time, with no API call.
+//
+// # What it guarantees
+//
+// At no instant do two processes hold a valid token for one shard, and the epochs one process holds
+// only go up — except in the named cases under "What it does not guarantee". This holds under
+// crashes, pauses, partitions, lost or late answers, requests applied after their caller gave up,
+// watches that drop, lag or replay, processes of one shard running different lease durations and
+// renew intervals (a rolling update), and these edits of the Lease by someone else:
+//
+//   - Our holding is the record our own write produced. A record is ours only at the
+//     resourceVersion our last answered write produced, or — seen while our token is still fresh —
+//     one that names us with our epoch and a duration no shorter than ours (while our token is
+//     fresh no one else can have acquired). Anything else is a loss, however much it looks like
+//     ours: our name on another holder's record, an epoch we did not mint, a shortened duration.
+//   - Re-acquiring at once. When our record is edited under a valid token of ours, we re-acquire
+//     at once (above every epoch seen), but only while the Lease is at exactly the resourceVersion
+//     we saw then: any later record may be someone's acquisition, and is timed.
+//   - Lost answers. An acquisition whose answer never came is never adopted, even when the record
+//     carries our name, epoch and renewTime: an edit can copy those onto the record of the process
+//     that won. The record is timed like any other (as after a crash, it costs up to one lease).
+//   - Release. Release hands over only a holding this process minted and still holds (by the rule
+//     above), never a record that merely carries its name — an edit, or another process that
+//     shares its identity by mistake.
+//   - Durations. A candidate waits out the longest duration it has reason to believe in: its own,
+//     the record's, and the longest it has seen on the Lease since the last release it saw (never
+//     forgotten with time: a partitioned candidate cannot know the holder it saw has gone). A
+//     process taking over a record that is not released writes at least that record's duration,
+//     so a third process that sees only its record waits long enough; a holder that sees its
+//     record's duration shortened treats it as a loss.
+//   - Deletion. An absent Lease is created only after its absence has been watched, unbroken, for
+//     the longest duration this process believes in, timed from the later of the first sighting of
+//     the absence (or the DELETED event) and the start of the watch. Two reads that both find no
+//     Lease say nothing of a create and delete between them, so a process whose watch is down never
+//     recreates a Lease it saw exist (a liveness cost, in a case the lease guard refuses anyway).
+//   - renewTime or holderIdentity edited: the record is timed like any record that changed, from
+//     when it was first seen, on the candidate's monotonic clock.
+//   - An epoch at its limit (2^31−1, which only an edit can reach) stops the shard's elections: it
+//     is a counted error, logged with its reason, on every attempt — never a silent stall.
+//
+// # What it assumes of clocks
+//
+// Clock offsets between nodes do not matter: a candidate times a record on its own monotonic clock
+// from when it first saw it, never by comparing its wall clock with the renewTime another node
+// wrote. Clock rates must agree within MaxClockRateDifference; the holder shortens its own validity
+// by that margin so that a fast candidate clock and a slow holder clock still cannot overlap. A
+// process whose monotonic clock stops while the wall clock runs on (a suspended laptop, SIGSTOP is
+// caught by the monotonic clock alone) never reports a valid token on resume after more than the
+// lease: validity needs both readings of one time.Now to be fresh. A wall-clock step forward only
+// shortens validity; a step back cannot lengthen it past the monotonic check.
+//
+// # What it does not guarantee
+//
+// Each case below is a name the package's simulation uses for the only overlaps it excuses.
+//
+//   - never-seen: a process that never saw the Lease exist cannot know the epochs before a
+//     deletion: it creates the Lease at once, with epoch 1 (or above what it saw), and may overlap
+//     a holder whose Lease was deleted under it. Deletion is the cluster's to refuse: the chart's
+//     lease guard forbids it.
+//   - create-delete-unseen: someone else's create-then-delete that this process cannot see — it
+//     happened before its watch began and the creator's duration is longer than any this process
+//     believes in, or its watch events were still in flight when this process sent its own create.
+//     A create cannot be made conditional on "never existed"; only a cluster that refuses deletes
+//     closes it.
+//   - vm-freeze: a freeze that stops every clock of the holder's machine (a paused VM whose
+//     kvmclock stands still) cannot be seen from inside: on resume the holder reports a valid token
+//     for the rest of its lease, next to a successor. The fence's epoch check closes it — the
+//     successor's writes carry a higher epoch — and nothing on the client can.
+//   - impersonation: anyone who can write the Lease can impersonate a release (blank the holder),
+//     a holder, or a shorter duration that a candidate which never saw the real one trusts; no
+//     client-side algorithm can tell such a write from the real one. The lease guard admits writes
+//     to ehdb-shard-* Leases from the writer's ServiceAccount only, keeps leaseTransitions moving by
+//     0 or +1, and refuses a shorter duration over a record that is not released.
+//   - fence: a valid token says "no one else holds a valid token now", not that a write sent with
+//     it arrives before the token lapses. The fence, not this package, must reject stale epochs.
+//
+// OnEvent runs on the election's goroutine: it must return quickly (the election does not renew
+// while it runs). It may call Release, which then drops the token, returns at once and lets the
+// election hand the Lease over as it stops.
+package election

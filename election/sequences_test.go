@@ -1,0 +1,352 @@
+package election
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/election/fake"
+	"github.com/noetl/ehdb-election/internal/harness"
+	"github.com/noetl/ehdb-election/internal/testcluster"
+)
+
+// The six sequences of issue 16: each gave two processes a valid token for one shard at the same
+// instant on an earlier version, driven deterministically on the fake store. Each test names the
+// rule (package doc) that now prevents it.
+
+// seqStore is a store the sequences can also delete from: the fake, or the real API server.
+type seqStore interface {
+	LeaseStore
+	Delete(ctx context.Context, name string) error
+}
+
+// rig is one run of a sequence: a store, the namespace its Leases live in, and one fake clock for
+// every process (the API server judges no time: it stores the renewTimes the processes send).
+type rig struct {
+	t     *testing.T
+	store seqStore
+	ns    string
+	clk   *clocktesting.FakeClock
+}
+
+// onStores runs a sequence on the fake store and on the real API server (each run a fresh
+// namespace; skipped without a control plane unless EHDB_REQUIRE_CLUSTER is set).
+func onStores(t *testing.T, seq func(r *rig)) {
+	t.Run("fake", func(t *testing.T) {
+		seq(&rig{t: t, store: fake.NewLeaseStore(), ns: "ns", clk: clocktesting.NewFakeClock(t0)})
+	})
+	t.Run("apiserver", func(t *testing.T) {
+		c := testcluster.ForTest(t)
+		ns := c.NewNamespace(t)
+		store := rawKube{KubeStore: NewKubeStore(c.Clientset(), ns), client: c.Clientset(), ns: ns}
+		seq(&rig{t: t, store: store, ns: ns, clk: clocktesting.NewFakeClock(t0)})
+	})
+}
+
+// proc is a process driven by hand, one round or event at a time, over store.
+func (r *rig) proc(store LeaseStore, identity string, lease, renew time.Duration) *Election {
+	r.t.Helper()
+	e := newSync(r.t, store, r.clk, identity, lease, renew)
+	e.cfg.Namespace = r.ns
+	return e
+}
+
+func (r *rig) delete() {
+	r.t.Helper()
+	if err := r.store.Delete(ctx, testLease); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// watched feeds e what its watch would have delivered for the store's current record.
+func watched(t *testing.T, e *Election, store LeaseStore) {
+	t.Helper()
+	e.handle(watchMsg{ev: watch.Event{Type: watch.Modified, Object: mustLease(t, store)}})
+}
+
+// Sequence 1. p's record is edited under its valid token (its watch reports the loss), then p
+// pauses; c times the edited record and takes over; an edit names p again. The "re-acquire at once"
+// that the first edit allowed must not survive onto a record p never saw while it was valid.
+func TestAStaleReclaimNeverTakesALiveLease(t *testing.T) { onStores(t, staleReclaim) }
+
+func staleReclaim(r *rig) {
+	t, store, clk := r.t, r.store, r.clk
+	p := r.proc(store, "p#1", lease, renew)
+	c := r.proc(store, "c#2", lease, renew)
+	p.round(ctx)
+	wantToken(t, "p", p, 1, true)
+	edit(t, store, func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To[int32](5) })
+	watched(t, p, store) // p learns of the edit while valid, then pauses before its next round
+	for i := 0; !c.Token().Valid; i++ {
+		if i > 100 {
+			t.Fatal("c never took over the edited record")
+		}
+		c.round(ctx)
+		clk.Step(500 * time.Millisecond)
+	}
+	edit(t, store, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To(p.Identity())
+		l.Spec.LeaseTransitions = ptr.To(*l.Spec.LeaseTransitions + 1)
+	})
+	p.round(ctx) // p resumes: its read shows its own name on a record it never held
+	notBothValid(t, "p resumed onto a record naming it", p, c)
+}
+
+// Sequence 2. An outside edit names p on c's live record; p shuts down gracefully. Release must hand
+// over only a holding this process minted and still holds, never a record that merely carries its
+// name (nor one minted by another process that shares its identity by mistake).
+func TestReleaseHandsOverOnlyWhatThisProcessHolds(t *testing.T) {
+	t.Run("a record edited to name us", func(t *testing.T) { onStores(t, releaseOfAnEditNamingUs) })
+	t.Run("two processes sharing one identity", func(t *testing.T) { onStores(t, releaseByATwin) })
+}
+
+func releaseOfAnEditNamingUs(r *rig) {
+	{
+		t, store := r.t, r.store
+		c := r.proc(store, "c#1", lease, renew)
+		p := r.proc(store, "p#2", lease, renew)
+		d := r.proc(store, "d#3", lease, renew)
+		c.round(ctx)
+		edit(t, store, func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity = ptr.To(p.Identity())
+			l.Spec.LeaseTransitions = ptr.To[int32](2)
+		})
+		p.round(ctx)
+		wantToken(t, "p", p, 0, false)
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d.round(ctx)
+		notBothValid(t, "after p's release", c, d)
+	}
+}
+
+func releaseByATwin(r *rig) {
+	{
+		t, store := r.t, r.store
+		p1 := r.proc(store, "p#same", lease, renew)
+		p2 := r.proc(store, "p#same", lease, renew)
+		d := r.proc(store, "d#3", lease, renew)
+		p1.round(ctx)
+		p2.round(ctx)
+		if err := p2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d.round(ctx)
+		notBothValid(t, "after the twin's release", p1, d)
+	}
+}
+
+// Sequence 3. Processes of one shard with different lease durations (a rolling update that changes
+// NOETL_EHDB_ELECTION_LEASE_SECS). A candidate never waits out less than the longest duration it has
+// seen since the last release it saw, however long ago it saw it.
+func TestMixedDurationsNeverOverlap(t *testing.T) {
+	t.Run("a partitioned candidate and a deleted Lease", func(t *testing.T) {
+		store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+		h := newSync(t, store, clk, "h#1", 30*time.Second, 10*time.Second)
+		c := newSync(t, store, clk, "c#2", 10*time.Second, 3*time.Second)
+		h.round(ctx)
+		c.handle(watchMsg{started: true})
+		watched(t, c, store) // c sees h's 30 s record, then is partitioned for 60 s
+		c.handle(watchMsg{ended: true})
+		for i := 0; i < 6; i++ {
+			clk.Step(10 * time.Second)
+			h.round(ctx)
+		}
+		if err := store.Delete(ctx, testLease); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(time.Second)
+		c.round(ctx) // c heals: the Lease is gone
+		c.handle(watchMsg{started: true})
+		for h.Token().Valid {
+			c.round(ctx)
+			notBothValid(t, "while h's last renewal is valid", h, c)
+			clk.Step(time.Second)
+		}
+	})
+	t.Run("a shortened record seen by the holder", func(t *testing.T) {
+		store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+		h := newSync(t, store, clk, "h#1", 30*time.Second, 10*time.Second)
+		h.round(ctx)
+		edit(t, store, func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = ptr.To[int32](3) })
+		watched(t, h, store)
+		c := newSync(t, store, clk, "c#2", 10*time.Second, 3*time.Second) // a new pod: it only sees the edit
+		for h.Token().Valid {
+			c.round(ctx)
+			notBothValid(t, "after the duration was shortened", h, c)
+			clk.Step(500 * time.Millisecond)
+		}
+	})
+	t.Run("a shorter candidate takes over and keeps the longer duration", func(t *testing.T) {
+		store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+		h := newSync(t, store, clk, "h#1", 30*time.Second, 10*time.Second)
+		c := newSync(t, store, clk, "c#2", 10*time.Second, 3*time.Second)
+		h.round(ctx)
+		for i := 0; !c.Token().Valid; i++ {
+			if i > 100 {
+				t.Fatal("c never took over h's lapsed record")
+			}
+			c.round(ctx)
+			notBothValid(t, "c waiting out h", h, c)
+			clk.Step(time.Second)
+		}
+		if got := leaseDuration(mustLease(t, store), 0); got != 30*time.Second {
+			t.Fatalf("c took over h's 30 s record and wrote %v: a third process would trust it", got)
+		}
+	})
+}
+
+// Sequence 5. Everyone saw the Lease; it is deleted; c and d time the absence by polling; d creates
+// and the Lease is deleted again between c's polls. An absence is timed only under an unbroken
+// watch: two polls that both show no Lease say nothing of what happened between them.
+func TestAPolledAbsenceNeverLetsACandidateCreate(t *testing.T) { onStores(t, polledAbsence) }
+
+func polledAbsence(r *rig) {
+	t, store, clk := r.t, r.store, r.clk
+	h := r.proc(store, "h#1", lease, renew)
+	c := r.proc(store, "c#2", lease, renew)
+	d := r.proc(store, "d#3", lease, renew)
+	h.round(ctx)
+	c.round(ctx)
+	d.round(ctx)
+	r.delete()
+	c.round(ctx)
+	d.round(ctx)
+	d.handle(watchMsg{started: true}) // d times the absence under a watch, c by polling
+	for i := 0; !d.Token().Valid; i++ {
+		if i > 20 {
+			t.Fatal("d never created the Lease under its watch")
+		}
+		clk.Step(renew)
+		if d.round(ctx); d.Token().Valid {
+			break // d created it; the Lease is deleted again before c's next poll
+		}
+		c.round(ctx)
+	}
+	r.delete()
+	for d.Token().Valid {
+		c.round(ctx)
+		notBothValid(t, "c after d's unseen create and the second delete", c, d)
+		clk.Step(renew)
+	}
+}
+
+// The same with watches: every create and delete in between reaches the candidate, and the timing
+// restarts at each.
+func TestAWatchedAbsenceSeesACreateAndDeleteBetween(t *testing.T) {
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+	h := newSync(t, store, clk, "h#1", lease, renew)
+	c := newSync(t, store, clk, "c#2", lease, renew)
+	d := newSync(t, store, clk, "d#3", lease, renew)
+	h.round(ctx)
+	w, err := store.Watch(ctx, testLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	c.handle(watchMsg{started: true})
+	pump := func() {
+		for {
+			select {
+			case ev := <-w.ResultChan():
+				c.handle(watchMsg{ev: ev})
+			default:
+				return
+			}
+		}
+	}
+	pump()
+	d.round(ctx)
+	if err := store.Delete(ctx, testLease); err != nil {
+		t.Fatal(err)
+	}
+	pump()
+	d.handle(watchMsg{started: true})
+	for i := 0; !d.Token().Valid; i++ {
+		if i > 20 {
+			t.Fatal("d never created the Lease under its watch")
+		}
+		d.round(ctx)
+		clk.Step(renew)
+	}
+	pump()
+	if err := store.Delete(ctx, testLease); err != nil {
+		t.Fatal(err)
+	}
+	pump()
+	for d.Token().Valid {
+		c.round(ctx)
+		notBothValid(t, "c after d's create and the second delete", c, d)
+		clk.Step(renew)
+		pump()
+	}
+}
+
+// Sequence 6. p1 and p2 write the same epoch in the same microsecond; p2 wins, p1's 409 never
+// arrives (a timeout instead); an outside edit then puts p1's name on p2's record. An acquisition
+// whose answer was lost is never adopted: the record naming us is timed like anyone else's.
+func TestALostAnswerIsNeverAdopted(t *testing.T) { onStores(t, lostAnswerAdoption) }
+
+func lostAnswerAdoption(r *rig) {
+	t, store, clk := r.t, r.store, r.clk
+	seed := r.proc(store, "seed#0", lease, renew)
+	seed.round(ctx)
+	if err := seed.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lost := &hookStore{inner: store, clk: clk}
+	p1 := r.proc(lost, "p1#1", lease, renew)
+	p2 := r.proc(store, "p2#2", lease, renew)
+	lost.onUpdate = func(*coordinationv1.Lease) {
+		lost.onUpdate = nil
+		p2.round(ctx) // p2 read the released record too, and its PUT lands first, same microsecond
+	}
+	lost.loseAnswer = func(op string) error {
+		if op == "update" {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}
+	p1.round(ctx) // its PUT lost with a 409 that never arrived
+	lost.loseAnswer = nil
+	wantToken(t, "p2", p2, 2, true)
+	edit(t, store, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To(p1.Identity()) })
+	for p2.Token().Valid {
+		p1.round(ctx)
+		notBothValid(t, "p1 reading p2's record under its name", p1, p2)
+		clk.Step(renew / 4)
+	}
+}
+
+// An epoch that cannot be incremented is a clear, counted error, never a silent stall.
+func TestAnEpochAtItsLimitIsAnError(t *testing.T) {
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+	seed := newSync(t, store, clk, "seed#0", lease, renew)
+	seed.round(ctx)
+	edit(t, store, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To("")
+		l.Spec.LeaseTransitions = ptr.To[int32](1<<31 - 1)
+	})
+	var logs harness.SyncBuffer
+	e := newSync(t, store, clk, "e#1", lease, renew)
+	e.log = slog.New(slog.NewTextHandler(&logs, nil))
+	for i := 0; i < 3; i++ {
+		e.round(ctx)
+		clk.Step(renew)
+	}
+	wantToken(t, "e", e, 0, false)
+	if got := errorsByReason(e)["other"]; got != 3 {
+		t.Fatalf("errors by reason %v: want each round's epoch-limit error counted", errorsByReason(e))
+	}
+	if !strings.Contains(logs.String(), "2147483648 does not fit spec.leaseTransitions") {
+		t.Fatalf("log does not say why the election stalls:\n%s", logs.String())
+	}
+}

@@ -67,7 +67,7 @@ func (s *sim) excuse(a, b *simProc) string {
 		return "" // a token for an epoch the process never wrote
 	}
 	older, newer := ha, hb
-	if hb.op.landed.Before(ha.op.landed) {
+	if hb.op.seq < ha.op.seq {
 		older, newer = hb, ha
 	}
 	// A holding taken at once on the strength of the one before it (its token still valid as it
@@ -105,15 +105,19 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 		}
 	}
 	// impersonation: an outside write the lease guard refuses, landed after the older holding
-	// began and before the newer one landed; or the newer holding took over a release no
-	// participant wrote (a forged record: the candidate only ever saw it in forged form).
+	// began and before the newer one landed; or, in the same window, a release of the older
+	// holding that no participant wrote (a forged record: whoever took over after it only ever saw
+	// the holding end in forged form).
 	for _, t := range s.refused {
 		if !t.Before(older.op.issued) && !t.After(newer.op.landed) {
 			return "impersonation"
 		}
 	}
-	if newer.op.forged {
-		return "impersonation"
+	for _, f := range s.forgedReleases {
+		if f.identity == older.op.p.e.identity && f.epoch == older.epoch &&
+			!f.at.Before(older.op.issued) && !f.at.After(newer.op.landed) {
+			return "impersonation"
+		}
 	}
 	return ""
 }
@@ -222,7 +226,7 @@ func (s *sim) quietPhase() {
 		// A driver wakes at its renew interval, or early for a takeover or a retry: never many
 		// times an interval for long (an error must not make it spin).
 		if limit := 10 * int(bound/p.cfg.renew+2); p.wakes > limit {
-			s.fail("p%d woke %d times in %v (renew %v): the driver spins", p.n, p.wakes, bound, p.cfg.renew)
+			s.fail("p%d woke %d times in %v (renew %v): the driver spins\n%s", p.n, p.wakes, bound, p.cfg.renew, s.state(p))
 			return
 		}
 	}
@@ -246,9 +250,7 @@ func (s *sim) quietPhase() {
 	if len(holders) != 1 {
 		var state []string
 		for _, p := range s.live() {
-			d := &p.e.d
-			state = append(state, fmt.Sprintf("p%d: lease %v, rec holder %q rv %s, obs since %v ago, believed %v, absentWait %v, next %v, offset %v, watching %v",
-				p.n, p.cfg.lease, holderOf(d.rec), rvOf(d.rec), p.clk.Since(d.obs.since), p.e.believed(d.rec), d.absentWait, p.e.nextDelay(), p.clk.offset, d.watching))
+			state = append(state, s.state(p))
 		}
 		s.fail("liveness: %d valid holders (%v) after %v without faults\n%s", len(holders), holders, bound, strings.Join(state, "\n"))
 	}
@@ -260,4 +262,12 @@ func totalErrors(e *Election) uint64 {
 		n += e.errs[r].Load()
 	}
 	return n
+}
+
+// state describes a process's driver for a failure.
+func (s *sim) state(p *simProc) string {
+	d := &p.e.d
+	return fmt.Sprintf("p%d: lease %v, known %v stale %v, rec holder %q rv %s epoch %d, obs since %v ago, believed %v, absentWait %v, absent timed %v ago, next %v, offset %v, watching %v (watch %v), holds %v, maxSeen %d",
+		p.n, p.cfg.lease, d.known, d.stale, holderOf(d.rec), rvOf(d.rec), epochOf(d.rec), p.clk.Since(d.obs.since), p.e.believed(d.rec), d.absentWait,
+		p.clk.Since(d.absenceTimedFrom()), p.e.nextDelay(), p.clk.offset, d.watching, p.w != nil || p.sw != nil, d.holds, d.maxSeen)
 }

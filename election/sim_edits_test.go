@@ -90,6 +90,9 @@ func (s *sim) outsideFault() {
 	if holderOf(got) == "" && (holderOf(cur) != "" || s.forged[cur.ResourceVersion]) {
 		// A release no participant wrote: no client can tell it from a real one.
 		s.forged[got.ResourceVersion] = true
+		if holderOf(cur) != "" {
+			s.forgedReleases = append(s.forgedReleases, simForged{s.clk.Now(), holderOf(cur), epochOf(cur)})
+		}
 	}
 	if uint64(transitionsOf(got)) < epochOf(cur) {
 		s.epochLowered(uint64(transitionsOf(got)))
@@ -185,4 +188,11 @@ func int32p(p *int32) string {
 		return "nil"
 	}
 	return fmt.Sprint(*p)
+}
+
+// simForged is a release no participant wrote: of the holding identity/epoch, at a true time.
+type simForged struct {
+	at       time.Time
+	identity string
+	epoch    uint64
 }

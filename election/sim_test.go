@@ -91,6 +91,7 @@ type simOp struct {
 	apply   func() (*coordinationv1.Lease, error)
 	applied bool
 	landed  time.Time // true time it was applied
+	seq     int       // order of application
 	res     simResult
 	resp    chan simResult
 	gone    bool // the caller stopped waiting (its context ended)
@@ -111,6 +112,7 @@ type simHolding struct {
 	op       *simOp
 	uid      types.UID
 	duration time.Duration // the duration its record states
+	epoch    uint64
 }
 
 type simProc struct {
@@ -171,6 +173,7 @@ type sim struct {
 	acquired int
 	failed   bool
 	failMsg  string
+	applied  int        // requests that reached the store
 	mu       sync.Mutex // the parts process goroutines write in loop mode
 
 	loop     bool
@@ -191,7 +194,9 @@ type sim struct {
 	incs    map[types.UID]*simInc
 	refused []time.Time     // true times of outside writes the lease guard would refuse
 	forged  map[string]bool // record versions an outsider blanked
-	guard   map[string]int  // participants' writes the lease guard would refuse, by rule
+	// forgedReleases are the outside writes that blanked a held record.
+	forgedReleases []simForged
+	guard          map[string]int // participants' writes the lease guard would refuse, by rule
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -309,7 +314,7 @@ func (s *sim) noteWrite(op *simOp, l *coordinationv1.Lease) {
 		return // a release
 	}
 	if _, ok := p.holdings[ep]; !ok {
-		p.holdings[ep] = &simHolding{op: op, uid: l.UID, duration: time.Duration(durationSecsOf(l)) * time.Second}
+		p.holdings[ep] = &simHolding{op: op, uid: l.UID, epoch: ep, duration: time.Duration(durationSecsOf(l)) * time.Second}
 	}
 	if s.before[ep] == p {
 		return // a holding from before an epoch-lowering fault goes on
@@ -362,6 +367,8 @@ func (s *sim) pick(ps []*simProc, ok func(*simProc) bool) *simProc {
 func (s *sim) applyOp(op *simOp) {
 	op.applied = true
 	op.landed = s.clk.Now()
+	s.applied++
+	op.seq = s.applied
 	r := s.rng.Intn(100)
 	if s.quiet {
 		r = 99

@@ -35,6 +35,34 @@ var mutants = []mutant{
 	{"a suspended process trusts its monotonic clock alone", "election.go",
 		"return now.Sub(sent) < e.validFor && e.bootAt(now)-boot < e.validFor",
 		"return now.Sub(sent) < e.validFor"},
+	// The rules of issue 16.
+	{"R-own: any record naming us with our epoch is our holding", "driver.go",
+		"case e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:",
+		"case true:"},
+	{"R-reclaim: re-acquire at once on any record naming us, not only at the edited resourceVersion", "driver.go",
+		"\tcase d.reclaimRV != \"\" && d.rec.ResourceVersion == d.reclaimRV:\n\t\t// Our record,",
+		"\tcase d.reclaimRV != \"\" && holder == e.identity:\n\t\t// Our record,"},
+	{"R-release: Release hands over any record that carries our name", "election.go",
+		"\tif !e.ours(rec, e.clock.Now()) {\n\t\treturn nil\n\t}\n\terr := e.putReleased(ctx, rec)",
+		"\tif holderOf(rec) != e.identity {\n\t\treturn nil\n\t}\n\terr := e.putReleased(ctx, rec)"},
+	{"R-lost-answer: a record naming us with the highest epoch seen is adopted as our lost acquisition", "driver.go",
+		"\tcase holder == \"\":\n\t\te.write(ctx, true, Acquired) // released: free at once",
+		"\tcase holder == e.identity && epochOf(d.rec) == d.maxSeen:\n\t\te.write(ctx, e.lapsed(now), Acquired)\n\tcase holder == \"\":\n\t\te.write(ctx, true, Acquired) // released: free at once"},
+	{"R-duration: a candidate forgets the longest duration it saw", "driver.go",
+		"dur := max(e.cfg.LeaseDuration, d.longest)",
+		"dur := e.cfg.LeaseDuration"},
+	{"R-duration: a takeover writes only its own duration", "driver.go",
+		"\tif holderOf(rec) != \"\" {\n\t\tdur = max(dur, leaseDuration(rec, dur))\n\t}\n\treturn int32(",
+		"\t_ = rec\n\treturn int32("},
+	{"R-duration: a holder keeps a record whose duration was shortened", "driver.go",
+		"case e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:",
+		"case e.fresh(now, d.lastSend, d.lastBoot):"},
+	{"R-absence: an absence is timed from its first sighting, polls included", "driver.go",
+		"return d.watching && e.clock.Since(d.absenceTimedFrom()) > d.absentWait",
+		"return e.clock.Since(d.absentSince) > d.absentWait"},
+	{"R-epoch-limit: an epoch that cannot be incremented stalls silently", "driver.go",
+		"\t\t\te.countError(\"update\", err)\n\t\t\treturn",
+		"\t\t\treturn"},
 }
 
 func main() {
@@ -63,6 +91,9 @@ func main() {
 			fail(err)
 		}
 		cmd := exec.Command("go", "test", "-count=1", "-run", "TestRandomizedSimulation$", "./election/")
+		// Every failure, not only the first: the mutant's caught by a violation, not by a
+		// failure the simulation finds on the unmutated code too.
+		cmd.Env = append(os.Environ(), "EHDB_SIM_TRACE=1")
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
 		var seeds []string

@@ -16,8 +16,15 @@ var nonGuarantees = []string{"never-seen", "create-delete-unseen", "vm-freeze", 
 func (s *sim) check() {
 	var valid []*simProc
 	for _, p := range s.procs {
+		if p.retired {
+			continue
+		}
 		if p.e.Token().Valid {
 			valid = append(valid, p)
+		} else if p.done && (p.crashed || p.op == nil) && (!s.loop || p.e.isStopped()) {
+			// Dead with a lapsed token, no call in flight (orphans land as someone else's
+			// nothing: their answers go nowhere), its clocks running on: never valid again.
+			p.retired = true
 		}
 	}
 	if len(valid) > 1 {
@@ -70,11 +77,23 @@ func (s *sim) excuse(a, b *simProc) string {
 	if hb.op.seq < ha.op.seq {
 		older, newer = hb, ha
 	}
-	// A holding taken at once on the strength of the one before it (its token still valid as it
-	// sent: a create after a delete it saw while holding, say) carries that one's excuse.
-	for h := newer; h != nil; h = h.op.prev {
+	// A holding taken at once on the strength of another carries that one's excuse: of the same
+	// process, whose token was still valid as it sent (a create after a delete it saw while
+	// holding, say); or the holding whose release (real or forged) it took.
+	seen := map[*simHolding]bool{}
+	for todo := []*simHolding{newer}; len(todo) > 0; {
+		h := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if h == nil || h == older || seen[h] {
+			continue
+		}
+		seen[h] = true
 		if name := s.excuseNewer(older, h); name != "" {
 			return name
+		}
+		todo = append(todo, h.op.prev)
+		if b := h.op.baseRec; b != nil && holderOf(b) == "" {
+			todo = append(todo, s.rvHolding[b.ResourceVersion])
 		}
 	}
 	return ""
@@ -89,14 +108,16 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 	}
 	// create-delete-unseen: the older holding lived on an incarnation deleted before the newer
 	// holding landed, which the newer holder had never been shown when it sent its write —
-	// because that incarnation came and went before the newer holder's watch began and its
-	// holder's duration is longer than the newer holder believed in; or, for a create, because
+	// because that incarnation came and went before the newer holder's watch began (or before it
+	// started) and its
+	// holder's duration is longer than the newer holder waited (a release is taken at once); or, for a create, because
 	// the incarnation's events were still on their way down its unbroken watch, or not yet sent
 	// (the incarnation was created after the create left).
 	if inc := s.incs[older.uid]; inc != nil && older.uid != newer.uid && !inc.deleted.IsZero() &&
 		!inc.deleted.After(newer.op.landed) && !newer.op.sawUID(older.uid) {
-		beforeWatch := !newer.op.watchFrom.IsZero() && !inc.deleted.After(newer.op.watchFrom) &&
-			older.duration > newer.op.believed
+		beforeWatch := (!inc.deleted.After(newer.op.p.started) ||
+			(!newer.op.watchFrom.IsZero() && !inc.deleted.After(newer.op.watchFrom))) &&
+			older.duration > newer.op.waited
 		create := newer.op.what == "create"
 		inFlight := create && inc.created.After(newer.op.issued)
 		lagging := create && !newer.op.watchFrom.IsZero() && !newer.op.watchFrom.After(inc.created)
@@ -114,8 +135,7 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 		}
 	}
 	for _, f := range s.forgedReleases {
-		if f.identity == older.op.p.e.identity && f.epoch == older.epoch &&
-			!f.at.Before(older.op.issued) && !f.at.After(newer.op.landed) {
+		if f.of == older && !f.at.Before(older.op.issued) && !f.at.After(newer.op.landed) {
 			return "impersonation"
 		}
 	}
@@ -270,4 +290,14 @@ func (s *sim) state(p *simProc) string {
 	return fmt.Sprintf("p%d: lease %v, known %v stale %v, rec holder %q rv %s epoch %d, obs since %v ago, believed %v, absentWait %v, absent timed %v ago, next %v, offset %v, watching %v (watch %v), holds %v, maxSeen %d",
 		p.n, p.cfg.lease, d.known, d.stale, holderOf(d.rec), rvOf(d.rec), epochOf(d.rec), p.clk.Since(d.obs.since), p.e.believed(d.rec), d.absentWait,
 		p.clk.Since(d.absenceTimedFrom()), p.e.nextDelay(), p.clk.offset, d.watching, p.w != nil || p.sw != nil, d.holds, d.maxSeen)
+}
+
+// isStopped says whether the election's goroutines have all returned (loop mode).
+func (e *Election) isStopped() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
 }

@@ -91,9 +91,10 @@ func (s *sim) outsideFault() {
 		// A release no participant wrote: no client can tell it from a real one.
 		s.forged[got.ResourceVersion] = true
 		if holderOf(cur) != "" {
-			s.forgedReleases = append(s.forgedReleases, simForged{s.clk.Now(), holderOf(cur), epochOf(cur)})
+			s.forgedReleases = append(s.forgedReleases, simForged{s.clk.Now(), s.rvHolding[cur.ResourceVersion]})
 		}
 	}
+	s.rvHolding[got.ResourceVersion] = s.rvHolding[cur.ResourceVersion]
 	if uint64(transitionsOf(got)) < epochOf(cur) {
 		s.epochLowered(uint64(transitionsOf(got)))
 	}
@@ -190,9 +191,9 @@ func int32p(p *int32) string {
 	return fmt.Sprint(*p)
 }
 
-// simForged is a release no participant wrote: of the holding identity/epoch, at a true time.
+// simForged is a release no participant wrote, at a true time, of the record that carried the
+// participant holding of (through outside edits since, perhaps: a forged holder, then a release).
 type simForged struct {
-	at       time.Time
-	identity string
-	epoch    uint64
+	at time.Time
+	of *simHolding
 }

@@ -44,6 +44,7 @@ func (s *sim) startLoop(p *simProc) {
 
 // quiesce waits until every goroutine of the run is blocked, then checks the safety properties.
 func (s *sim) quiesce() {
+	s.quiesced = true
 	synctest.Wait()
 	for _, p := range s.live() {
 		s.noteAbsence(p)
@@ -53,6 +54,7 @@ func (s *sim) quiesce() {
 
 func (s *sim) loopStep() {
 	s.steps++
+	s.quiesced = false
 	defer s.record()
 	live := s.live()
 	r := s.rng.Intn(1000)
@@ -139,7 +141,9 @@ func (s *sim) loopStep() {
 	default:
 		s.outsideFault()
 	}
-	s.quiesce()
+	if !s.quiesced {
+		s.quiesce()
+	}
 	s.fireDue()
 	for _, p := range s.procs {
 		if p.done && !p.replaced && !s.failed {

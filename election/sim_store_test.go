@@ -31,7 +31,13 @@ func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Leas
 	s.noteAbsence(p)
 	op := &simOp{p: p, what: what, issued: s.clk.Now(), req: req, apply: f, resp: make(chan simResult, 1),
 		blind: what == "create" && !p.e.d.everSeen, timerFrom: p.absentTrue, watchFrom: p.watchFrom,
-		sawN: len(p.sawList), handled: p.e.watchEvents.Load(), believed: p.e.believed(p.e.d.rec)}
+		sawN: len(p.sawList), handled: p.e.watchEvents.Load(), waited: p.e.believed(p.e.d.rec)}
+	switch {
+	case what == "create":
+		op.waited = p.e.d.absentWait
+	case holderOf(p.e.d.rec) == "":
+		op.waited = 0 // a release is taken at once
+	}
 	if snap := p.e.state.Load(); what != "get" && snap.sent && p.e.fresh(p.clk.Now(), snap.lastSend, snap.lastBoot) {
 		// Its last holding has not lapsed (it may have been dropped just now, on the news this
 		// write acts on).

@@ -104,7 +104,7 @@ type simOp struct {
 	handled   uint64        // watch events its driver had handled
 	forged    bool          // an update on a record version an outsider blanked (a forged release)
 	prev      *simHolding   // the sender's own holding, still valid as it sent
-	believed  time.Duration // the longest duration the sender believed in as it sent
+	waited    time.Duration // how long the sender waited out the record (or absence) it acts on
 }
 
 // simHolding is one epoch a process minted: the write that took it.
@@ -145,6 +145,7 @@ type simProc struct {
 	watchDown bool // Watch calls fail
 	releasing bool
 	replaced  bool      // a new process took its place
+	retired   bool      // dead, its token lapsed, nothing in flight: it can never be valid again
 	blindFrom bool      // it created the Lease without ever having seen it exist
 	started   time.Time // true time it started
 	wakes     int       // rounds run (step mode) or timers fired (loop mode) in the quiet phase
@@ -174,6 +175,7 @@ type sim struct {
 	failed   bool
 	failMsg  string
 	applied  int        // requests that reached the store
+	quiesced bool       // loop mode: the current step has waited for quiescence
 	mu       sync.Mutex // the parts process goroutines write in loop mode
 
 	loop     bool
@@ -194,6 +196,9 @@ type sim struct {
 	incs    map[types.UID]*simInc
 	refused []time.Time     // true times of outside writes the lease guard would refuse
 	forged  map[string]bool // record versions an outsider blanked
+	// rvHolding is, per stored version, the participant holding that last wrote its lineage (a
+	// release: the holding it ended); outside edits carry it on.
+	rvHolding map[string]*simHolding
 	// forgedReleases are the outside writes that blanked a held record.
 	forgedReleases []simForged
 	guard          map[string]int // participants' writes the lease guard would refuse, by rule
@@ -313,7 +318,8 @@ func (s *sim) noteWrite(op *simOp, l *coordinationv1.Lease) {
 	if holderOf(l) != p.e.identity {
 		return // a release
 	}
-	if _, ok := p.holdings[ep]; !ok {
+	if h, ok := p.holdings[ep]; !ok || op.what == "create" || h.uid != l.UID {
+		// A new holding (the same epoch again: a create by a process that knows of none).
 		p.holdings[ep] = &simHolding{op: op, uid: l.UID, epoch: ep, duration: time.Duration(durationSecsOf(l)) * time.Second}
 	}
 	if s.before[ep] == p {
@@ -392,6 +398,8 @@ func (s *sim) applyOp(op *simOp) {
 		}
 		if err == nil && op.what != "get" {
 			s.noteWrite(op, l)
+			// The lineage: this version carries the writer's holding (a release, the one it ends).
+			s.rvHolding[l.ResourceVersion] = op.p.holdings[epochOf(l)]
 		}
 		if r < 14 && !s.quiet { // applied, but the answer is lost
 			op.res = simResult{err: fmt.Errorf("read: %w", context.DeadlineExceeded)}
@@ -527,7 +535,7 @@ func (s *sim) clockFault(live []*simProc) {
 func simulate(t *testing.T, seed int64, steps int, loop bool) *sim {
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), clk: clocktesting.NewFakeClock(t0),
 		mem: fake.NewLeaseStore(), ops: make(chan *simOp), owner: map[uint64]*simProc{}, before: map[uint64]*simProc{},
-		faults: map[string]int{}, excused: map[string]int{}, incs: map[types.UID]*simInc{}, forged: map[string]bool{},
+		faults: map[string]int{}, excused: map[string]int{}, incs: map[types.UID]*simInc{}, forged: map[string]bool{}, rvHolding: map[string]*simHolding{},
 		guard: map[string]int{}, loop: loop}
 	s.drift = s.rng.Intn(2) == 0
 	// Coarse steps reach far into a run; fine ones (a watch event handled within milliseconds

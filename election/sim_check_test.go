@@ -154,9 +154,11 @@ func (s *sim) describe(a, b *simProc) string {
 			out = append(out, fmt.Sprintf("p%d (lease %v): no write of ours carries epoch %d", p.n, p.cfg.lease, p.e.Token().Epoch))
 			continue
 		}
-		out = append(out, fmt.Sprintf("p%d (lease %v, identity of p%d): epoch %d by %s sent %.3fs landed %.3fs, last send %.3fs",
+		out = append(out, fmt.Sprintf("p%d (lease %v, identity of p%d): epoch %d by %s sent %.3fs landed %.3fs, last send %.3fs; since then suspended %v, frozen %v, its wall clock counted %.3fs of %.3fs",
 			p.n, p.cfg.lease, s.identityOwner(p.e.identity), p.e.Token().Epoch, h.op.what,
-			h.op.issued.Sub(t0).Seconds(), h.op.landed.Sub(t0).Seconds(), p.lastSend.Sub(t0).Seconds()))
+			h.op.issued.Sub(t0).Seconds(), h.op.landed.Sub(t0).Seconds(), p.lastSend.Sub(t0).Seconds(),
+			p.clk.suspendedSince(p.lastSend), p.clk.frozeSince(p.lastSend),
+			(p.e.bootAt(p.clk.Now())-p.e.state.Load().lastBoot).Seconds(), s.clk.Since(p.lastSend).Seconds()))
 	}
 	return "\n" + strings.Join(out, "\n")
 }

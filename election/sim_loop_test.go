@@ -46,6 +46,7 @@ func (s *sim) startLoop(p *simProc) {
 func (s *sim) quiesce() {
 	s.quiesced = true
 	synctest.Wait()
+	s.syncAfterWait()
 	for _, p := range s.live() {
 		s.noteAbsence(p)
 	}
@@ -287,6 +288,7 @@ func (s *sim) closeLoop() {
 		}
 	}
 	synctest.Wait()
+	s.syncAfterWait()
 	for again := true; again; {
 		again = false
 		for _, p := range s.procs {
@@ -298,10 +300,24 @@ func (s *sim) closeLoop() {
 			}
 		}
 		synctest.Wait()
+		s.syncAfterWait()
 	}
 	for _, p := range s.procs {
 		if p.sw != nil {
 			p.sw.Stop()
 		}
+	}
+}
+
+// syncAfterWait orders, for the race detector, what the blocked goroutines did before they
+// blocked before what the scheduler reads next: each blocks right after a section under s.mu (a
+// store call) or under its clock's mutex (arming the timer it then waits on); taking both here
+// makes those writes happen before. (synctest.Wait itself is no such edge for the race detector.)
+func (s *sim) syncAfterWait() {
+	s.mu.Lock()
+	s.mu.Unlock() //nolint:staticcheck // an empty critical section: the edge is the point
+	for _, p := range s.procs {
+		p.clk.mu.Lock()
+		p.clk.mu.Unlock() //nolint:staticcheck
 	}
 }

@@ -29,8 +29,11 @@ func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Leas
 		return nil, fmt.Errorf("%s: the process is dead", what)
 	}
 	s.noteAbsence(p)
+	s.mu.Lock()
+	watchFrom := p.watchFrom // the watch goroutine sets it
+	s.mu.Unlock()
 	op := &simOp{p: p, what: what, issued: s.clk.Now(), req: req, apply: f, resp: make(chan simResult, 1),
-		blind: what == "create" && !p.e.d.everSeen, timerFrom: p.absentTrue, watchFrom: p.watchFrom,
+		blind: what == "create" && !p.e.d.everSeen, timerFrom: p.absentTrue, watchFrom: watchFrom,
 		sawN: len(p.sawList), handled: p.e.watchEvents.Load(), waited: p.e.believed(p.e.d.rec)}
 	switch {
 	case what == "create":

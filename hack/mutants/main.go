@@ -50,7 +50,7 @@ var mutants = []mutant{
 		"\tcase holder == e.identity && epochOf(d.rec) == d.maxSeen:\n\t\te.write(ctx, e.lapsed(now), Acquired)\n\tcase holder == \"\":\n\t\te.write(ctx, true, Acquired) // released: free at once"},
 	{"R-duration: a candidate forgets the longest duration it saw", "driver.go",
 		"dur := max(e.cfg.LeaseDuration, d.longest)",
-		"dur := e.cfg.LeaseDuration"},
+		"dur := max(e.cfg.LeaseDuration, 0*d.longest)"},
 	{"R-duration: a takeover writes only its own duration", "driver.go",
 		"\tif holderOf(rec) != \"\" {\n\t\tdur = max(dur, leaseDuration(rec, dur))\n\t}\n\treturn int32(",
 		"\t_ = rec\n\treturn int32("},
@@ -70,8 +70,13 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	caught := 0
+	caught, tried := 0, 0
 	for _, m := range mutants {
+		// MUTANTS=<substring> runs only the mutants whose name contains it.
+		if f := os.Getenv("MUTANTS"); f != "" && !strings.Contains(m.name, f) {
+			continue
+		}
+		tried++
 		dir, err := os.MkdirTemp("", "ehdb-mutant-")
 		if err != nil {
 			fail(err)
@@ -114,8 +119,8 @@ func main() {
 		}
 		os.RemoveAll(dir)
 	}
-	fmt.Printf("%d of %d mutants caught\n", caught, len(mutants))
-	if caught != len(mutants) {
+	fmt.Printf("%d of %d mutants caught\n", caught, tried)
+	if caught != tried {
 		os.Exit(1)
 	}
 }

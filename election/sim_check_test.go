@@ -88,7 +88,11 @@ func (s *sim) excuse(a, b *simProc) string {
 			continue
 		}
 		seen[h] = true
-		if name := s.excuseNewer(older, h); name != "" {
+		o, n := older, h // an earlier holding of the chain may predate older
+		if n.op.seq < o.op.seq {
+			o, n = n, o
+		}
+		if name := s.excuseNewer(o, n); name != "" {
 			return name
 		}
 		todo = append(todo, h.op.prev)
@@ -126,8 +130,8 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 		}
 	}
 	// impersonation: an outside write the lease guard refuses, landed after the older holding
-	// began and before the newer one landed; or, in the same window, a release of the older
-	// holding that no participant wrote (a forged record: whoever took over after it only ever saw
+	// began and before the newer one landed; or, in the same window, a release of a record the
+	// older holder's process last wrote, that no participant wrote (a forged record: whoever took over after it only ever saw
 	// the holding end in forged form).
 	for _, t := range s.refused {
 		if !t.Before(older.op.issued) && !t.After(newer.op.landed) {
@@ -135,7 +139,7 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 		}
 	}
 	for _, f := range s.forgedReleases {
-		if f.of == older && !f.at.Before(older.op.issued) && !f.at.After(newer.op.landed) {
+		if f.of != nil && f.of.op.p == older.op.p && !f.at.Before(older.op.issued) && !f.at.After(newer.op.landed) {
 			return "impersonation"
 		}
 	}

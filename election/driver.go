@@ -310,7 +310,8 @@ func (e *Election) see(l *coordinationv1.Lease) {
 	if d.seenRV != "" && l.ResourceVersion != d.seenRV && !newer(l.ResourceVersion, d.seenRV) {
 		// An older record than one already seen (a replayed event, a read answered late): what it
 		// says is superseded, and acting on it could forget a longer duration seen since (a
-		// release it shows resets that memory).
+		// release it shows resets that memory). What it says of the past still counts.
+		e.recall(l)
 		return
 	}
 	d.seenRV = l.ResourceVersion
@@ -375,6 +376,7 @@ func (e *Election) create(ctx context.Context) {
 	epoch := d.maxSeen + 1
 	if err := fits(epoch); err != nil {
 		e.countError("create", err)
+		d.stale = true // wait for the next poll or event, never spin
 		return
 	}
 	secs, transitions := int32(e.cfg.LeaseDuration/time.Second), int32(epoch)
@@ -406,6 +408,7 @@ func (e *Election) write(ctx context.Context, acquire bool, outcome Outcome) {
 		epoch, outcome = max(epochOf(d.rec), d.maxSeen)+1, Acquired
 		if err := fits(epoch); err != nil {
 			e.countError("update", err)
+			d.stale = true // wait for the next poll or event, never spin
 			return
 		}
 	}

@@ -297,20 +297,21 @@ func (e *Election) valid(s *snapshot) bool {
 // fresh says whether a write sent at (sent, boot) still backs a valid token at now. Both readings
 // must agree: Go's monotonic clock stops while the host is suspended, so a process resumed after
 // more than a lease would otherwise believe its token valid while a successor holds the Lease; the
-// wall clock keeps counting through a suspend. (CLOCK_BOOTTIME would too, but through
-// golang.org/x/sys it is a system call: it tripled the cost of Token.)
+// boot clock (CLOCK_BOOTTIME) keeps counting through a suspend and is never stepped. A freeze
+// that stops every clock of the machine is out of reach (the package doc's vm-freeze).
 func (e *Election) fresh(now, sent time.Time, boot time.Duration) bool {
-	return now.Sub(sent) < e.validFor && e.bootAt(now)-boot < e.validFor
+	b := e.bootAt(now)
+	return now.Sub(sent) < e.validFor && b >= 0 && boot >= 0 && b-boot < e.validFor
 }
 
-// bootAt is the suspend-counting reading at now: the wall clock, unless a clock was injected. The
-// wall clock may be stepped; a step forward only shortens validity, and a step back cannot lengthen
-// it past the monotonic check.
+// bootAt is the suspend-counting reading at now: the boot clock, unless a clock was injected
+// (tests set boot to their own model of it). It is never negative; a reading that failed is -1,
+// which fresh takes as "not fresh", at the write's end or the check's.
 func (e *Election) bootAt(now time.Time) time.Duration {
 	if e.boot != nil {
 		return e.boot()
 	}
-	return time.Duration(now.UnixNano())
+	return bootClock(now)
 }
 
 // Release ends the election and hands the Lease over. It first drops the token locally (Token is

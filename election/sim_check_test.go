@@ -110,6 +110,11 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 	if older.uid != newer.uid && newer.op.p.blindFrom && !newer.op.sawUID(older.uid) {
 		return "never-seen"
 	}
+	// The same, for a process that followed a blind creator on the incarnation it created (it
+	// timed that creator's record, which says nothing of the older incarnation it never saw).
+	if inc := s.incs[newer.uid]; inc != nil && inc.blind && older.uid != newer.uid && !newer.op.sawUID(older.uid) {
+		return "never-seen"
+	}
 	// create-delete-unseen: the older holding lived on an incarnation deleted before the newer
 	// holding landed, which the newer holder had never been shown when it sent its write —
 	// because that incarnation came and went before the newer holder's watch began (or before it

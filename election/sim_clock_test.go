@@ -11,8 +11,8 @@ import (
 
 // simClock is one process's clocks against the simulation's true clock, as the production clock
 // path reads them: Now and Since are the monotonic reading (what time.Time.Sub uses), and wall is
-// what the election's suspend check reads through e.boot (in production the wall part of the same
-// time.Now reading). Both count at the process's rate from an offset; the monotonic clock stops
+// what the election's suspend check reads through e.boot (in production CLOCK_BOOTTIME; see
+// bootReading). Both count at the process's rate from an offset; the monotonic clock stops
 // while the host is suspended, both stop while the VM is frozen (KVM with kvmclock), and the wall
 // clock alone is stepped (NTP, forward and back) and slewed. The renewTime a process writes comes
 // from Now, the monotonic-based reading: candidates only compare renewTimes with their own Now,
@@ -89,8 +89,23 @@ func (c *simClock) wall() time.Time {
 	return c.wallLocked(c.tc.Now())
 }
 
-// bootReading is e.boot as production computes it: the wall clock's nanoseconds.
-func (c *simClock) bootReading() time.Duration { return time.Duration(c.wall().UnixNano()) }
+// bootReading is e.boot as production reads it, CLOCK_BOOTTIME: the monotonic clock plus the
+// time spent suspended (at the process's rate), never stepped or slewed; it stops while the VM
+// is frozen, like every clock of the guest.
+func (c *simClock) bootReading() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.tc.Now()
+	b := c.monoLocked(now)
+	for _, s := range c.suspends {
+		end := s[1]
+		if end.IsZero() {
+			end = now
+		}
+		b += time.Duration(float64(end.Sub(s[0])) * c.rate)
+	}
+	return b
+}
 
 func (c *simClock) setSuspended(on bool) {
 	c.mu.Lock()

@@ -154,6 +154,7 @@ type simProc struct {
 // simInc is one incarnation of the Lease (create to delete).
 type simInc struct {
 	created, deleted time.Time
+	blind            bool // created by a process that had never seen the Lease exist
 }
 
 type sim struct {
@@ -393,7 +394,7 @@ func (s *sim) applyOp(op *simOp) {
 		l, err := op.apply()
 		op.res = simResult{l, err}
 		if err == nil && op.what == "create" {
-			s.incs[l.UID] = &simInc{created: op.landed}
+			s.incs[l.UID] = &simInc{created: op.landed, blind: op.blind}
 			op.p.blindFrom = op.p.blindFrom || op.blind
 		}
 		if err == nil && op.what != "get" {

@@ -112,7 +112,8 @@ func (e *Election) handle(m watchMsg) {
 	switch m.ev.Type {
 	case watch.Added, watch.Modified:
 		if d.seenRV != "" && !newer(l.ResourceVersion, d.seenRV) {
-			return // replayed, or already known from a read or our own write
+			e.recall(l) // replayed, or known already: what it says of the past still counts
+			return
 		}
 		e.see(l)
 	case watch.Deleted:

@@ -151,10 +151,18 @@ func TestASuccessorIsReadyOnceItTakesOverACrashedHolder(t *testing.T) {
 	crash()
 	<-holder.done
 	waitFor(t, "standby saw every renewal", func() bool { return standby.watchEvents.Load() == storeRV(store) })
+	// Its driver arms the timer to the first instant a takeover is allowed only after it has
+	// handled the last event: moving the clock before that would set the timer from the new time.
+	waitFor(t, "standby's driver waits on its timer", clk.HasWaiters)
 
+	held := outcomes(standby)[HeldByOther]
 	clk.SetTime(t0.Add(10*time.Second + lease)) // the last instant the crashed holder's lease is live
+	// Its poll fires now and finds the Lease still live; the next move of the clock must wait
+	// until the driver has armed its timer for the first instant after (else it arms it from there).
+	waitFor(t, "standby's round at the boundary", func() bool { return outcomes(standby)[HeldByOther] > held && clk.HasWaiters() })
 	wantNotReady(t, "standby, the predecessor's lease still live", r.Check(), NoTokenYet)
-	clk.SetTime(t0.Add(10*time.Second + lease + time.Microsecond))
+	// The first instant after it at which a round may run: rounds run minRoundGap apart.
+	clk.SetTime(t0.Add(10*time.Second + lease + minRoundGap))
 	waitFor(t, "standby takes over", func() bool { return standby.Token().Valid })
 	wantReady(t, "the successor", r)
 	if age := clk.Since(r.start); age > ReadinessBound(standby.cfg) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -57,31 +56,6 @@ func (w *Workload) Containers() []*corev1.Container {
 	return out
 }
 
-// Kinds the guard judges, by group/version/kind as the API server sends them (the webhook
-// configuration asks for v1, and matchPolicy Equivalent converts other versions to it).
-var (
-	gvkPod         = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
-	gvkStatefulSet = appsv1.SchemeGroupVersion.WithKind("StatefulSet")
-	gvkDeployment  = appsv1.SchemeGroupVersion.WithKind("Deployment")
-	gvkDaemonSet   = appsv1.SchemeGroupVersion.WithKind("DaemonSet")
-	gvkReplicaSet  = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
-	gvkJob         = batchv1.SchemeGroupVersion.WithKind("Job")
-	gvkCronJob     = batchv1.SchemeGroupVersion.WithKind("CronJob")
-	gvkConfigMap   = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
-)
-
-// ErrUnknownKind is returned by DecodeWorkload for a kind the guard has no opinion on.
-var ErrUnknownKind = errors.New("kind not judged by this guard")
-
-// Known reports whether gvk is a kind the guard judges.
-func Known(gvk schema.GroupVersionKind) bool {
-	switch gvk {
-	case gvkPod, gvkStatefulSet, gvkDeployment, gvkDaemonSet, gvkReplicaSet, gvkJob, gvkCronJob:
-		return true
-	}
-	return false
-}
-
 // DecodeWorkload decodes raw JSON of the given kind. namespace is the request's namespace (an
 // object being created may not carry it yet). It returns ErrUnknownKind for kinds it does not
 // judge and a descriptive error for anything that is not a valid object of the kind; it never
@@ -90,25 +64,11 @@ func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (
 	if len(raw) == 0 {
 		return nil, errors.New("no object in the request")
 	}
-	var obj runtime.Object
-	switch gvk {
-	case gvkPod:
-		obj = &corev1.Pod{}
-	case gvkStatefulSet:
-		obj = &appsv1.StatefulSet{}
-	case gvkDeployment:
-		obj = &appsv1.Deployment{}
-	case gvkDaemonSet:
-		obj = &appsv1.DaemonSet{}
-	case gvkReplicaSet:
-		obj = &appsv1.ReplicaSet{}
-	case gvkJob:
-		obj = &batchv1.Job{}
-	case gvkCronJob:
-		obj = &batchv1.CronJob{}
-	default:
+	src, ok := sourceOf(gvk)
+	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownKind, gvk)
 	}
+	obj := src.New()
 	if err := decodeInto(raw, obj, gvk); err != nil {
 		return nil, err
 	}
@@ -119,17 +79,17 @@ func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (
 // namespace is used when the object carries none.
 func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 	w := &Workload{Namespace: namespace}
-	var meta *metav1.ObjectMeta
-	var tmpl *corev1.PodTemplateSpec
-	var gvk schema.GroupVersionKind
+	src, meta, tmpl, ok := sourceOfObject(obj)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrUnknownKind, obj)
+	}
+	gvk := src.GVK
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		gvk, meta = gvkPod, &o.ObjectMeta
 		w.Pod = PodContext{Template: false, Spec: &o.Spec, Meta: PodMeta{
 			Name: o.Name, UID: string(o.UID), Labels: o.Labels, Annotations: o.Annotations,
 		}}
 	case *appsv1.StatefulSet:
-		gvk, meta, tmpl = gvkStatefulSet, &o.ObjectMeta, &o.Spec.Template
 		w.Replicas = 1
 		if o.Spec.Replicas != nil {
 			w.Replicas = *o.Spec.Replicas
@@ -138,18 +98,6 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 			w.OrdinalStart = o.Spec.Ordinals.Start
 		}
 		w.ServiceName = o.Spec.ServiceName
-	case *appsv1.Deployment:
-		gvk, meta, tmpl = gvkDeployment, &o.ObjectMeta, &o.Spec.Template
-	case *appsv1.DaemonSet:
-		gvk, meta, tmpl = gvkDaemonSet, &o.ObjectMeta, &o.Spec.Template
-	case *appsv1.ReplicaSet:
-		gvk, meta, tmpl = gvkReplicaSet, &o.ObjectMeta, &o.Spec.Template
-	case *batchv1.Job:
-		gvk, meta, tmpl = gvkJob, &o.ObjectMeta, &o.Spec.Template
-	case *batchv1.CronJob:
-		gvk, meta, tmpl = gvkCronJob, &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template
-	default:
-		return nil, fmt.Errorf("%w: %T", ErrUnknownKind, obj)
 	}
 	w.Kind = gvk.Kind
 	if w.Namespace == "" {
@@ -187,29 +135,6 @@ func decodeConfigMap(raw []byte) (*corev1.ConfigMap, error) {
 		return nil, err
 	}
 	return &cm, nil
-}
-
-// exemptingOwner reports whether a controller reference of an object of the given kind points to a
-// workload whose pod template the guard judged: the only chains along which a template is copied
-// unchanged by a controller.
-func exemptingOwner(kind string, ref *metav1.OwnerReference) bool {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return false
-	}
-	owner := gv.WithKind(ref.Kind)
-	switch kind {
-	case gvkReplicaSet.Kind:
-		return owner == gvkDeployment
-	case gvkJob.Kind:
-		return owner == gvkCronJob
-	case gvkPod.Kind:
-		switch owner {
-		case gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob:
-			return true
-		}
-	}
-	return false
 }
 
 // decodeInto decodes as the API server does: case-sensitive field names (sigs.k8s.io/json), so

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"sort"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -83,30 +80,4 @@ func (r IndexReaders) ReadersOf(namespace, configMap string) ([]*Workload, error
 		return out[i].Name < out[j].Name
 	})
 	return out, nil
-}
-
-// ReaderKinds are the workload kinds whose readers the guard watches: every kind that owns a pod
-// template and is not itself (normally) made from another one's.
-var ReaderKinds = []runtime.Object{&appsv1.StatefulSet{}, &appsv1.Deployment{}, &appsv1.DaemonSet{}, &batchv1.CronJob{}, &batchv1.Job{}}
-
-// StripForReaders is an informer transform that keeps only what judging a reader needs (metadata
-// without managed fields, the pod template, replicas and ordinals), so a cache of every workload
-// in the guarded namespaces stays small.
-func StripForReaders(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *appsv1.StatefulSet:
-		o.ManagedFields, o.Status = nil, appsv1.StatefulSetStatus{}
-		o.Spec.VolumeClaimTemplates = nil
-	case *appsv1.Deployment:
-		o.ManagedFields, o.Status = nil, appsv1.DeploymentStatus{}
-	case *appsv1.DaemonSet:
-		o.ManagedFields, o.Status = nil, appsv1.DaemonSetStatus{}
-	case *batchv1.CronJob:
-		o.ManagedFields, o.Status = nil, batchv1.CronJobStatus{}
-	case *batchv1.Job:
-		o.ManagedFields, o.Status = nil, batchv1.JobStatus{}
-	case *corev1.Pod:
-		o.ManagedFields, o.Status = nil, corev1.PodStatus{}
-	}
-	return obj, nil
 }

@@ -1,0 +1,227 @@
+package webhook
+
+import (
+	"errors"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Kinds the guard judges, by group/version/kind as the API server sends them (the webhook
+// configuration asks for v1, and matchPolicy Equivalent converts other versions to it).
+var (
+	gvkPod         = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	gvkStatefulSet = appsv1.SchemeGroupVersion.WithKind("StatefulSet")
+	gvkDeployment  = appsv1.SchemeGroupVersion.WithKind("Deployment")
+	gvkDaemonSet   = appsv1.SchemeGroupVersion.WithKind("DaemonSet")
+	gvkReplicaSet  = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
+	gvkJob         = batchv1.SchemeGroupVersion.WithKind("Job")
+	gvkCronJob     = batchv1.SchemeGroupVersion.WithKind("CronJob")
+	gvkConfigMap   = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+)
+
+// PodSource is one kind that makes pods, with everything the guard needs to know about it. The
+// table PodSources is the one place a kind is known: Known, the decoder, the owner exemptions,
+// the ConfigMap readers and their informers, the metrics' labels and (tested against it) the
+// chart's webhook rules and RBAC all derive from it, so adding a kind is one row.
+type PodSource struct {
+	GVK schema.GroupVersionKind
+	// Resource is the plural the API server routes it by (webhook rules, RBAC, watches).
+	Resource string
+	// New returns an empty object of the kind.
+	New func() runtime.Object
+	// of returns the object's metadata and its pod template (nil for a Pod, which is its own pod).
+	of func(runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool)
+	// TemplatePath is where the pod spec sits in the object, for messages.
+	TemplatePath string
+	// ExemptBy lists the controller kinds that create objects of this kind from a pod template
+	// the guard judged on the controller (Deployment → ReplicaSet, CronJob → Job, ...).
+	ExemptBy []schema.GroupVersionKind
+	// Reader is true when the guard watches objects of this kind as ConfigMap readers: a kind
+	// that owns a pod template and is not normally made from another one's.
+	Reader bool
+	// strip clears what judging a reader does not need (StripForReaders).
+	strip func(runtime.Object)
+}
+
+// PodSources is the table of the kinds the guard judges.
+var PodSources = []PodSource{
+	{GVK: gvkPod, Resource: "pods", New: func() runtime.Object { return &corev1.Pod{} },
+		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
+			p, ok := o.(*corev1.Pod)
+			if !ok {
+				return nil, nil, false
+			}
+			return &p.ObjectMeta, nil, true
+		},
+		TemplatePath: "spec",
+		ExemptBy:     []schema.GroupVersionKind{gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob},
+		strip: func(o runtime.Object) {
+			p := o.(*corev1.Pod)
+			p.ManagedFields, p.Status = nil, corev1.PodStatus{}
+		}},
+	{GVK: gvkStatefulSet, Resource: "statefulsets", New: func() runtime.Object { return &appsv1.StatefulSet{} },
+		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
+			s, ok := o.(*appsv1.StatefulSet)
+			if !ok {
+				return nil, nil, false
+			}
+			return &s.ObjectMeta, &s.Spec.Template, true
+		},
+		TemplatePath: "spec.template.spec", Reader: true,
+		strip: func(o runtime.Object) {
+			s := o.(*appsv1.StatefulSet)
+			s.ManagedFields, s.Status = nil, appsv1.StatefulSetStatus{}
+			s.Spec.VolumeClaimTemplates = nil
+		}},
+	{GVK: gvkDeployment, Resource: "deployments", New: func() runtime.Object { return &appsv1.Deployment{} },
+		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
+			d, ok := o.(*appsv1.Deployment)
+			if !ok {
+				return nil, nil, false
+			}
+			return &d.ObjectMeta, &d.Spec.Template, true
+		},
+		TemplatePath: "spec.template.spec", Reader: true,
+		strip: func(o runtime.Object) {
+			d := o.(*appsv1.Deployment)
+			d.ManagedFields, d.Status = nil, appsv1.DeploymentStatus{}
+		}},
+	{GVK: gvkDaemonSet, Resource: "daemonsets", New: func() runtime.Object { return &appsv1.DaemonSet{} },
+		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
+			d, ok := o.(*appsv1.DaemonSet)
+			if !ok {
+				return nil, nil, false
+			}
+			return &d.ObjectMeta, &d.Spec.Template, true
+		},
+		TemplatePath: "spec.template.spec", Reader: true,
+		strip: func(o runtime.Object) {
+			d := o.(*appsv1.DaemonSet)
+			d.ManagedFields, d.Status = nil, appsv1.DaemonSetStatus{}
+		}},
+	{GVK: gvkReplicaSet, Resource: "replicasets", New: func() runtime.Object { return &appsv1.ReplicaSet{} },
+		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
+			r, ok := o.(*appsv1.ReplicaSet)
+			if !ok {
+				return nil, nil, false
+			}
+			return &r.ObjectMeta, &r.Spec.Template, true
+		},
+		TemplatePath: "spec.template.spec",
+		ExemptBy:     []schema.GroupVersionKind{gvkDeployment}},
+	{GVK: gvkJob, Resource: "jobs", New: func() runtime.Object { return &batchv1.Job{} },
+		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
+			j, ok := o.(*batchv1.Job)
+			if !ok {
+				return nil, nil, false
+			}
+			return &j.ObjectMeta, &j.Spec.Template, true
+		},
+		TemplatePath: "spec.template.spec", Reader: true,
+		ExemptBy: []schema.GroupVersionKind{gvkCronJob},
+		strip: func(o runtime.Object) {
+			j := o.(*batchv1.Job)
+			j.ManagedFields, j.Status = nil, batchv1.JobStatus{}
+		}},
+	{GVK: gvkCronJob, Resource: "cronjobs", New: func() runtime.Object { return &batchv1.CronJob{} },
+		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
+			c, ok := o.(*batchv1.CronJob)
+			if !ok {
+				return nil, nil, false
+			}
+			return &c.ObjectMeta, &c.Spec.JobTemplate.Spec.Template, true
+		},
+		TemplatePath: "spec.jobTemplate.spec.template.spec", Reader: true,
+		strip: func(o runtime.Object) {
+			c := o.(*batchv1.CronJob)
+			c.ManagedFields, c.Status = nil, batchv1.CronJobStatus{}
+		}},
+}
+
+// ErrUnknownKind is returned by DecodeWorkload for a kind the guard has no opinion on.
+var ErrUnknownKind = errors.New("kind not judged by this guard")
+
+// sourceOf returns the row of gvk.
+func sourceOf(gvk schema.GroupVersionKind) (*PodSource, bool) {
+	for i := range PodSources {
+		if PodSources[i].GVK == gvk {
+			return &PodSources[i], true
+		}
+	}
+	return nil, false
+}
+
+// sourceOfKind returns the row of a kind name ("StatefulSet").
+func sourceOfKind(kind string) (*PodSource, bool) {
+	for i := range PodSources {
+		if PodSources[i].GVK.Kind == kind {
+			return &PodSources[i], true
+		}
+	}
+	return nil, false
+}
+
+// sourceOfObject returns the row of a typed object and its metadata and template.
+func sourceOfObject(obj runtime.Object) (*PodSource, *metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
+	for i := range PodSources {
+		if meta, tmpl, ok := PodSources[i].of(obj); ok {
+			return &PodSources[i], meta, tmpl, true
+		}
+	}
+	return nil, nil, nil, false
+}
+
+// Known reports whether gvk is a kind the guard judges.
+func Known(gvk schema.GroupVersionKind) bool {
+	_, ok := sourceOf(gvk)
+	return ok
+}
+
+// templatePath is where kind's pod spec sits, for messages.
+func templatePath(kind string) string {
+	if s, ok := sourceOfKind(kind); ok {
+		return s.TemplatePath
+	}
+	return "spec.template.spec"
+}
+
+// exemptingOwner reports whether a controller reference of an object of the given kind points to a
+// workload whose pod template the guard judged: the only chains along which a template is copied
+// unchanged by a controller.
+func exemptingOwner(kind string, ref *metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return false
+	}
+	s, ok := sourceOfKind(kind)
+	return ok && slices.Contains(s.ExemptBy, gv.WithKind(ref.Kind))
+}
+
+// ReaderKinds are the workload kinds whose readers the guard watches (PodSource.Reader).
+var ReaderKinds = func() []runtime.Object {
+	var out []runtime.Object
+	for _, s := range PodSources {
+		if s.Reader {
+			out = append(out, s.New())
+		}
+	}
+	return out
+}()
+
+// StripForReaders is an informer transform that keeps only what judging a reader needs (metadata
+// without managed fields, the pod template, replicas and ordinals), so a cache of every workload
+// in the guarded namespaces stays small.
+func StripForReaders(obj any) (any, error) {
+	if o, ok := obj.(runtime.Object); ok {
+		if s, _, _, ok := sourceOfObject(o); ok && s.strip != nil {
+			s.strip(o)
+		}
+	}
+	return obj, nil
+}

@@ -10,8 +10,9 @@ import (
 
 // containerView is one container judged against the facts at hand.
 type containerView struct {
-	c     *corev1.Container
-	init  bool
+	c *corev1.Container
+	// role is "container", "init container" or "ephemeral container".
+	role  string
 	env   *Env
 	armed bool
 	// why says what makes it armed: the literal value, or why the value cannot be known.
@@ -23,10 +24,7 @@ type containerView struct {
 }
 
 func (v *containerView) label() string {
-	if v.init {
-		return "init container " + quote(v.c.Name)
-	}
-	return "container " + quote(v.c.Name)
+	return v.role + " " + quote(v.c.Name)
 }
 
 // view resolves every container of w against cms, spending from budget.
@@ -34,15 +32,11 @@ func view(w *Workload, cms ConfigMapSource, budget *Budget) []containerView {
 	if w == nil {
 		return nil
 	}
-	nInit := 0
-	if w.Pod.Spec != nil {
-		nInit = len(w.Pod.Spec.InitContainers)
-	}
 	cs := w.Containers()
 	out := make([]containerView, len(cs))
 	for i, c := range cs {
 		env := resolveEnv(c, &w.Pod, cms, budget)
-		cv := containerView{c: c, init: i < nInit, env: env}
+		cv := containerView{c: c, role: w.containerRole(i), env: env}
 		if v, ok := env.Lookup(EnvFencing); ok {
 			switch {
 			case v.Known():

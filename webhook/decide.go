@@ -65,7 +65,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		d.Allowed, d.Reason = true, ReasonUnarmed
 		return d
 	}
-	transition := orderCheckApplies(in, p) && !oldArmed(in, in.configMapsFor(f.configMapsFinal(), true), budget)
+	scope := orderScopeOf(in, in.configMapsFor(f.configMapsFinal(), true), budget, p)
 	if in.ConfigMapChange != nil && in.Operation == admissionv1.Update && oldArmed(in, in.configMapsFor(f.configMapsFinal(), true), budget) {
 		// The ConfigMap change arms nothing that was not armed before.
 		d.Allowed, d.Reason = true, ReasonNoOpinion
@@ -163,19 +163,22 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		}
 	}
 
-	// 3. The order check, on the transition to armed.
-	if transition {
+	// 3. The order check, on every shard the object arms that was not armed before.
+	if scope.applies {
 		for i, ev := range elections {
 			if !ev.namespace.Known() || ev.tooMany > 0 || (ev.enabled && ev.shardCertain) {
 				continue // already reported
 			}
 			if ev.shardProblem != "" {
+				if !scope.full {
+					continue // armed before with shards nobody could tell either: nothing new to name
+				}
 				d.unmet(ReasonShardUnknown,
 					fmt.Sprintf("%s: cannot tell which shard Leases to check: %s.", armed[i].label(), ev.shardProblem),
 					fmt.Sprintf("set %s explicitly in %s, or run the writer as a StatefulSet.", election.EnvShard, armed[i].label()))
 				continue
 			}
-			d.checkLeases(f, ev.namespace.Text, ev.shards)
+			d.checkLeases(f, ev.namespace.Text, scope.added(ev.namespace.Text, ev.shards))
 		}
 	}
 	if w.Controller != "" && !w.Exempt && in.ConfigMapChange == nil {
@@ -195,7 +198,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		return d
 	}
 	d.Reason = d.Unmet[0].Reason
-	if w.Kind == gvkPod.Kind && d.onlyUnverified() {
+	if w.Kind == gvkPod.Kind && in.Subresource == "" && d.onlyUnverified() {
 		// Pods fail open when the guard itself cannot look (SPEC): admit, and say what went unchecked.
 		for _, u := range d.Unmet {
 			d.warn(truncate("ehdb-election guard could not verify this Pod and admits it (Pods fail open): "+u.Problem, 240))

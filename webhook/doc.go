@@ -9,24 +9,47 @@
 //   - the pod must run as a dedicated ServiceAccount (not "default") that exists and may get,
 //     create and update coordination.k8s.io Leases, checked with SubjectAccessReviews for the
 //     ServiceAccount's real identity, so any correct binding passes and a missing one fails;
-//   - when a workload becomes armed (created armed, or updated from unarmed to armed), every
-//     shard it will run must already have a live, held Lease with epoch >= 1 (Policy switch).
+//   - every shard a workload arms that it did not run armed before must already have a live,
+//     held Lease with epoch >= 1 (the order check; Policy switch).
 //
 // The design follows controller-runtime's pkg/webhook/admission: Decide is a pure function of
 // the object, the old object and Facts; a Resolver gathers the Facts (ConfigMaps, the
 // ServiceAccount, SubjectAccessReviews, Leases) with concurrent lookups; Needs says which facts
 // are still missing, so an unarmed object is decided without any API call; Handler is the thin
-// transport that decodes, loops Needs/Resolve, decides, answers and records.
+// transport that decodes, loops Needs/Resolve, decides, answers and records. One file answers one
+// question: kinds.go which kinds make pods (one table), runs.go what the kubelet and the
+// controllers make of a template, analysis.go which containers are armed, election.go what the
+// writer's parser concludes, transition.go which shards the order check covers, access.go,
+// serviceaccount.go and lease.go the requirements, decide.go and needs.go the judgement.
+//
+// The rules that close each class of issue 17 (README "What the guard refuses"):
+//
+//   - Kinds and paths (4). Every built-in path that creates a pod or changes a running pod's
+//     containers is reviewed: the kinds of PodSources (ReplicationController included) on create
+//     and update, Pods on create, ephemeral containers added to a running Pod (judged like a
+//     workload: order check, fail closed), and a StatefulSet's scale subresource. Arming that adds
+//     shards is arming: the order check covers every shard the object runs armed that it did not
+//     run armed before (replicas 0 → n, a scale-up). An armed Pod whose own hostname gives its
+//     election no shard is refused: its election would certainly decline.
+//   - Ground truth (3). What the kubelet or a controller decides per pod is never read from the
+//     template (runs.go): a pod on the host network has the node's hostname, so no shard follows
+//     from its name; the StatefulSet controller's pod name, hostname, pod-name and pod-index
+//     labels are computed per ordinal; a label or annotation a controller sets over the template
+//     (an Indexed Job's completion index, pod-template-hash, controller-revision-hash) and the
+//     hostname of controller-named pods are unknowable; an Indexed Job's containers get the
+//     JOB_COMPLETION_INDEX variable its controller adds. Where a Pod carries its own truth (name,
+//     spec.hostname, annotations) the Pod's review uses it.
 //
 // Against an adversary: one review's work is bounded whatever the object says (Policy.MaxShards,
 // MaxConfigMaps, a per-review Budget for resolving environments; above them a too_complex
 // refusal), the transport bounds reviews and body bytes in flight and honours the request's
 // deadline, and a panic is recovered into an answer. An owner exempts an object from the order
-// check only along the chains whose template the guard judged (Deployment→ReplicaSet,
-// CronJob→Job, workload→Pod), and only if it exists (Owners). A ConfigMap whose content may arm
-// a reader is judged as each reader (ConfigMapReaders, from a watch) would be armed by it.
+// check only along the chains whose template the guard judged (PodSource.ExemptBy), and only if it
+// exists (Owners). A ConfigMap whose content may arm a reader is judged as each reader
+// (ConfigMapReaders, from a watch) would be armed by it.
 //
 // "Armed" needs the container's effective environment, which ResolveEnv builds exactly as the
 // kubelet does. A value the guard cannot know (a Secret, a missing ConfigMap, a field decided at
-// run time) counts as armed: the guard errs on the side of asking for the requirements.
+// run time) counts as armed: the guard errs on the side of asking for the requirements. Out of its
+// reach: ENV baked into the image, and pods made by controllers it does not know (custom resources).
 package webhook

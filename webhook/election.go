@@ -108,7 +108,18 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 		}
 		return ev
 	case w.Kind != gvkStatefulSet.Kind:
-		ev.shardProblem = fmt.Sprintf("the pods of a %s have no stable ordinal, so their shard cannot be told", w.Kind)
+		// One pod, or pods that all share one hostname: the kubelet's (runs.go).
+		host, why := podHostname(w, -1)
+		if why != "" {
+			ev.shardProblem = "the shard comes from the pod's hostname, and " + why
+			return ev
+		}
+		if c, _ := election.ParseConfig(getenv(-1, host)); c.HasShard {
+			ev.shards = []uint32{c.Shard}
+			return ev
+		}
+		ev.shardCertain = true
+		ev.shardProblem = fmt.Sprintf("the pod hostname %q gives the election no shard, so it would not run", host)
 		return ev
 	}
 	// One shard per ordinal: from the pod's hostname, or from a per-ordinal field.
@@ -118,7 +129,15 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 	}
 	for i := int64(0); i < int64(w.Replicas); i++ {
 		ordinal := int64(w.OrdinalStart) + i
-		host := statefulSetHostname(w, ordinal)
+		host := ""
+		if !ok {
+			var why string
+			if host, why = podHostname(w, ordinal); why != "" {
+				ev.shardProblem = "the shard comes from the pod's hostname, and " + why
+				ev.shards = nil
+				return ev
+			}
+		}
 		c, ps := election.ParseConfig(getenv(ordinal, host))
 		if !c.HasShard {
 			ev.shardCertain = true

@@ -126,6 +126,10 @@ type PodContext struct {
 	// SetName is set for a StatefulSet's template: its pods are named <SetName>-<ordinal> and
 	// carry the pod-index and pod-name labels, so those fields are known per ordinal.
 	SetName string
+	// ControllerSet lists the label and annotation field paths the controller (kind SetBy) writes
+	// on every pod over the template's value (controllerSetKeys): never read from the template.
+	ControllerSet map[string]bool
+	SetBy         string
 }
 
 // PodMeta is the part of the pod's metadata a fieldRef can read.
@@ -399,6 +403,9 @@ func fieldRefValue(ref *corev1.ObjectFieldSelector, pod *PodContext) Value {
 			case labelPodName:
 				return Value{Text: pod.SetName + "-" + ordinalMark, PerOrdinal: true}
 			}
+		}
+		if pod.Template && pod.ControllerSet[base+"['"+key+"']"] {
+			return unknown("fieldRef " + quote(ref.FieldPath) + " (set by the " + pod.SetBy + " controller on each pod, over the template's value)")
 		}
 		if v, ok := m[key]; ok {
 			return Value{Text: v}

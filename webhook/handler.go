@@ -44,6 +44,9 @@ type Handler struct {
 	// Owners verifies the Deployment or CronJob a ReplicaSet or Job names as its controller
 	// before that exempts it from the order check; nil: owners are trusted as named.
 	Owners Owners
+	// Workloads finds a StatefulSet whose scale subresource is under review; nil: scale-ups
+	// cannot be verified and are refused.
+	Workloads Workloads
 	// MaxInFlight bounds the reviews one process works on at once (NewHTTPHandler); a review
 	// that finds no slot before its deadline gets HTTP 429, which the API server treats as a
 	// webhook failure (workloads fail closed, Pods fail open). 0 means DefaultMaxInFlight.
@@ -114,8 +117,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	case gvk == gvkConfigMap && h.Readers != nil && req.SubResource == "" &&
 		(req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
 		return h.handleConfigMap(ctx, req, log, start)
+	case isStatefulSetScale(req):
+		return h.handleScale(ctx, req, log, start)
 	case !Known(gvk):
 		return allow(ReasonNoOpinion, "the guard does not judge "+gvk.String())
+	case gvk == gvkPod && req.SubResource == subresourceEphemeral && req.Operation == admissionv1.Update:
+		// Containers added to a running Pod: judged like any arming, and failing closed.
 	case req.SubResource != "":
 		return allow(ReasonNoOpinion, "subresource "+req.SubResource+" cannot change a pod template")
 	case req.Operation != admissionv1.Create && req.Operation != admissionv1.Update:
@@ -129,7 +136,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		return malformed(fmt.Errorf("object: %w", err))
 	}
 	h.verifyOwner(obj)
-	in := Input{Operation: req.Operation, Object: obj}
+	in := Input{Operation: req.Operation, Object: obj, Subresource: req.SubResource}
 	if req.Operation == admissionv1.Update {
 		old, err := DecodeWorkload(gvk, req.Namespace, req.OldObject.Raw)
 		if err != nil {

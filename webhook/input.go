@@ -11,6 +11,9 @@ type Input struct {
 	// Old is the object before an UPDATE; nil on CREATE (or when the request carried none,
 	// which makes an UPDATE count as a transition to armed: the stricter reading).
 	Old *Workload
+	// Subresource is the subresource under review: "" for the object itself, "ephemeralcontainers"
+	// for containers added to a running Pod (judged like a workload: fail closed, order check).
+	Subresource string
 	// ConfigMapChange, when set, says the review is of a ConfigMap that Object reads: Object is
 	// judged with the ConfigMap's new content, Old (the same workload) with its old content.
 	ConfigMapChange *ConfigMapChange

@@ -22,6 +22,7 @@ var (
 	gvkReplicaSet  = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
 	gvkJob         = batchv1.SchemeGroupVersion.WithKind("Job")
 	gvkCronJob     = batchv1.SchemeGroupVersion.WithKind("CronJob")
+	gvkRC          = schema.GroupVersionKind{Version: "v1", Kind: "ReplicationController"}
 	gvkConfigMap   = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
 )
 
@@ -60,7 +61,7 @@ var PodSources = []PodSource{
 			return &p.ObjectMeta, nil, true
 		},
 		TemplatePath: "spec",
-		ExemptBy:     []schema.GroupVersionKind{gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob},
+		ExemptBy:     []schema.GroupVersionKind{gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob, gvkRC},
 		strip: func(o runtime.Object) {
 			p := o.(*corev1.Pod)
 			p.ManagedFields, p.Status = nil, corev1.PodStatus{}
@@ -115,6 +116,22 @@ var PodSources = []PodSource{
 		},
 		TemplatePath: "spec.template.spec",
 		ExemptBy:     []schema.GroupVersionKind{gvkDeployment}},
+	{GVK: gvkRC, Resource: "replicationcontrollers", New: func() runtime.Object { return &corev1.ReplicationController{} },
+		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
+			r, ok := o.(*corev1.ReplicationController)
+			if !ok {
+				return nil, nil, false
+			}
+			if r.Spec.Template == nil {
+				return &r.ObjectMeta, &corev1.PodTemplateSpec{}, true
+			}
+			return &r.ObjectMeta, r.Spec.Template, true
+		},
+		TemplatePath: "spec.template.spec", Reader: true,
+		strip: func(o runtime.Object) {
+			r := o.(*corev1.ReplicationController)
+			r.ManagedFields, r.Status = nil, corev1.ReplicationControllerStatus{}
+		}},
 	{GVK: gvkJob, Resource: "jobs", New: func() runtime.Object { return &batchv1.Job{} },
 		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
 			j, ok := o.(*batchv1.Job)

@@ -40,8 +40,8 @@ func Needs(in Input, f *Facts, p Policy) Query {
 	if !anyArmed || budget.Exhausted() {
 		return b.query()
 	}
-	wasArmed := false
 	if in.Operation == admissionv1.Update && in.Old != nil {
+		wasArmed := false
 		for _, ov := range view(in.Old, in.configMapsFor(f.configMaps(), true), budget) {
 			if ov.armed && !ov.unknowable {
 				wasArmed = true // armed before: not a transition
@@ -54,7 +54,7 @@ func Needs(in Input, f *Facts, p Policy) Query {
 			return b.query() // the change arms nothing that was not armed: Decide has no opinion
 		}
 	}
-	orderCheck := orderCheckApplies(in, p) && !wasArmed
+	scope := orderScopeOf(in, in.configMapsFor(f.configMaps(), true), budget, p)
 	sa := ServiceAccountName(w.Pod.Spec)
 	if sa != "default" {
 		b.serviceAccount(sa)
@@ -85,8 +85,8 @@ func Needs(in Input, f *Facts, p Policy) Query {
 			}
 		}
 		b.access(AccessCheck{ServiceAccount: types.NamespacedName{Namespace: w.Namespace, Name: "default"}, Namespace: ns, Verb: "update"})
-		if orderCheck && shardsKnown {
-			for _, s := range ev.shards {
+		if shardsKnown {
+			for _, s := range scope.added(ns, ev.shards) {
 				b.lease(types.NamespacedName{Namespace: ns, Name: election.LeaseName(s)})
 			}
 		}

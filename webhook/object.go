@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,23 +38,66 @@ type Workload struct {
 	Exempt bool
 	// Deleting is true once the object carries a deletionTimestamp.
 	Deleting bool
+	// Indexed is true for an Indexed Job (or a CronJob whose Jobs are): its controller gives each
+	// pod a completion index (runs.go).
+	Indexed bool
 }
 
-// Containers returns init containers first, then containers: all of them run with the pod's
-// ServiceAccount, and an init container can write with the fence as well as a main one.
+// Containers returns init containers first, then containers, then ephemeral containers: all of
+// them run with the pod's ServiceAccount, and any of them can write with the fence. They are the
+// containers as the pod will run them: an Indexed Job's carry the JOB_COMPLETION_INDEX variable its
+// controller adds (copies, then; the object itself is never changed).
 func (w *Workload) Containers() []*corev1.Container {
 	if w == nil || w.Pod.Spec == nil {
 		return nil
 	}
 	s := w.Pod.Spec
-	out := make([]*corev1.Container, 0, len(s.InitContainers)+len(s.Containers))
+	out := make([]*corev1.Container, 0, len(s.InitContainers)+len(s.Containers)+len(s.EphemeralContainers))
 	for i := range s.InitContainers {
 		out = append(out, &s.InitContainers[i])
 	}
 	for i := range s.Containers {
 		out = append(out, &s.Containers[i])
 	}
+	for i := range s.EphemeralContainers {
+		c := corev1.Container(s.EphemeralContainers[i].EphemeralContainerCommon)
+		out = append(out, &c)
+	}
+	if w.Indexed && w.Pod.Template {
+		for i, c := range out {
+			out[i] = withCompletionIndex(c)
+		}
+	}
 	return out
+}
+
+// containerRole names what the i-th of Containers() is, for messages.
+func (w *Workload) containerRole(i int) string {
+	s := w.Pod.Spec
+	switch {
+	case s == nil:
+		return "container"
+	case i < len(s.InitContainers):
+		return "init container"
+	case i < len(s.InitContainers)+len(s.Containers):
+		return "container"
+	default:
+		return "ephemeral container"
+	}
+}
+
+// withCompletionIndex is c as the Job controller runs it in an Indexed Job (addCompletionIndexEnvVariable):
+// JOB_COMPLETION_INDEX appended as a fieldRef to the completion index, unless c defines it.
+func withCompletionIndex(c *corev1.Container) *corev1.Container {
+	for _, e := range c.Env {
+		if e.Name == envJobCompletionIndex {
+			return c
+		}
+	}
+	cp := *c
+	cp.Env = append(append([]corev1.EnvVar(nil), c.Env...), corev1.EnvVar{Name: envJobCompletionIndex,
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + labelJobCompletionIndex + "']"}}})
+	return &cp
 }
 
 // DecodeWorkload decodes raw JSON of the given kind. namespace is the request's namespace (an
@@ -98,6 +142,11 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 			w.OrdinalStart = o.Spec.Ordinals.Start
 		}
 		w.ServiceName = o.Spec.ServiceName
+	case *batchv1.Job:
+		w.Indexed = o.Spec.CompletionMode != nil && *o.Spec.CompletionMode == batchv1.IndexedCompletion
+	case *batchv1.CronJob:
+		m := o.Spec.JobTemplate.Spec.CompletionMode
+		w.Indexed = m != nil && *m == batchv1.IndexedCompletion
 	}
 	w.Kind = gvk.Kind
 	if w.Namespace == "" {
@@ -120,6 +169,7 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 		if gvk == gvkStatefulSet {
 			w.Pod.SetName = meta.Name
 		}
+		w.Pod.ControllerSet, w.Pod.SetBy = controllerSetKeys(w), w.Kind
 	}
 	w.Pod.Namespace = w.Namespace
 	return w, nil

@@ -311,13 +311,13 @@ func TestPolicy(t *testing.T) {
 		{name: "garbage shard stops the election: refused even without the order check", policy: &webhook.Policy{},
 			sts:   []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "zero")},
 			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"not a shard number", "would not run"}, lookups: -1},
-		{name: "hostname as FQDN leaves the election without a shard", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.SetHostnameAsFQDN = ptr.To(true) }},
-			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"noetl-cmdbus-writer-0.noetl-cmdbus-writer-headless.noetl.svc"}, lookups: -1},
+		{name: "hostname as FQDN ends in the node's cluster domain: the shard cannot be told", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.SetHostnameAsFQDN = ptr.To(true) }},
+			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"setHostnameAsFQDN", "cluster domain"}, lookups: -1},
 		{name: "HOSTNAME set in the container", sts: []func(*appsv1.StatefulSet){wt.SetEnv("HOSTNAME", "writer-7")},
 			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, msg: []string{"(shard 7)"}, lookups: -1},
 		{name: "Deployment without a shard", input: func(t testing.TB) webhook.Input {
 			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkDep, deployment(sts(compliant()...)))}
-		}, unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"Deployment have no stable ordinal", "set NOETL_EHDB_ELECTION_SHARD"}, lookups: -1},
+		}, unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"pods of a Deployment are named by its controller", "set NOETL_EHDB_ELECTION_SHARD"}, lookups: -1},
 		{name: "Deployment with a shard", input: func(t testing.TB) webhook.Input {
 			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkDep, deployment(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...)))}
 		}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
@@ -163,45 +163,40 @@ func leaseClient(cs kubernetes.Interface) kindClient {
 		}}
 }
 
-// readerClients are the workload kinds whose pod templates may read a ConfigMap (webhook.ReaderKinds).
+// readerClients are the workload kinds whose pod templates may read a ConfigMap: the rows of
+// webhook.PodSources marked Reader, listed and watched through their group's REST client, so a
+// kind added to the table is watched without another edit here.
 func readerClients(cs kubernetes.Interface) []kindClient {
-	return []kindClient{
-		{"statefulsets", &appsv1.StatefulSet{},
+	var out []kindClient
+	for _, src := range webhook.PodSources {
+		if !src.Reader {
+			continue
+		}
+		rc := restClientFor(cs, src.GVK.Group)
+		resource := src.Resource
+		out = append(out, kindClient{resource, src.New(),
 			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.AppsV1().StatefulSets(ns).List(ctx, o)
+				return rc.Get().Namespace(ns).Resource(resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
 			},
 			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.AppsV1().StatefulSets(ns).Watch(ctx, o)
-			}},
-		{"deployments", &appsv1.Deployment{},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.AppsV1().Deployments(ns).List(ctx, o)
-			},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.AppsV1().Deployments(ns).Watch(ctx, o)
-			}},
-		{"daemonsets", &appsv1.DaemonSet{},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.AppsV1().DaemonSets(ns).List(ctx, o)
-			},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.AppsV1().DaemonSets(ns).Watch(ctx, o)
-			}},
-		{"cronjobs", &batchv1.CronJob{},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.BatchV1().CronJobs(ns).List(ctx, o)
-			},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.BatchV1().CronJobs(ns).Watch(ctx, o)
-			}},
-		{"jobs", &batchv1.Job{},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.BatchV1().Jobs(ns).List(ctx, o)
-			},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.BatchV1().Jobs(ns).Watch(ctx, o)
-			}},
+				o.Watch = true
+				return rc.Get().Namespace(ns).Resource(resource).VersionedParams(&o, scheme.ParameterCodec).Watch(ctx)
+			}})
 	}
+	return out
+}
+
+// restClientFor is the typed clientset's REST client of an API group the pod sources live in.
+func restClientFor(cs kubernetes.Interface, group string) rest.Interface {
+	switch group {
+	case "apps":
+		return cs.AppsV1().RESTClient()
+	case "batch":
+		return cs.BatchV1().RESTClient()
+	case "":
+		return cs.CoreV1().RESTClient()
+	}
+	panic("webhook.PodSources names group " + group + ", which readerClients has no client for")
 }
 
 // newWatched builds an informer of k in ns whose every list and watch call reports to its health.
@@ -407,4 +402,31 @@ type notWatched struct{}
 func (notWatched) List(labels.Selector) ([]*coordinationv1.Lease, error) { return nil, nil }
 func (notWatched) Get(name string) (*coordinationv1.Lease, error) {
 	return nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), name)
+}
+
+var _ webhook.Workloads = (*watches)(nil)
+
+// Workload implements webhook.Workloads from the reader watches: the object as the watch last saw
+// it. known is false when the kind is not watched in that namespace.
+func (w *watches) Workload(resource, namespace, name string) (*webhook.Workload, bool, bool) {
+	scopes := w.byKind[resource]
+	x, ok := scopes[namespace]
+	if !ok {
+		if x, ok = scopes[""]; !ok {
+			return nil, false, false
+		}
+	}
+	obj, found, err := x.informer.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !found {
+		return nil, false, err == nil
+	}
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return nil, false, false
+	}
+	wl, err := webhook.WorkloadOf(ro.DeepCopyObject(), namespace)
+	if err != nil {
+		return nil, false, false
+	}
+	return wl, true, true
 }

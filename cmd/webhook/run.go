@@ -106,6 +106,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		Log:         log.WithName("guard"),
 		Readers:     w.readers,
 		Owners:      w,
+		Workloads:   w,
 		MaxInFlight: o.maxInFlight,
 	}
 	mux := http.NewServeMux()

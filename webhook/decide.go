@@ -186,7 +186,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	}
 	// What stays open (README "limits"), said where it applies.
 	if w.Exempt && p.RequireLiveLease && w.Kind != gvkPod.Kind {
-		d.warn(truncate(fmt.Sprintf("order check skipped: the controller %s judged this template already; the guard does not verify that the owner exists.", w.Controller), 240))
+		d.warn(truncate(fmt.Sprintf("order check skipped: the controller %s has this pod template and was judged on it.", w.Controller), 240))
 	}
 	if len(d.Unmet) == 0 {
 		d.Allowed, d.Reason = true, ReasonRequirementsMet

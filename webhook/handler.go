@@ -172,16 +172,20 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
 }
 
-// verifyOwner withdraws the exemption of a ReplicaSet or Job whose controller is not found, with
-// that UID, among the watched Deployments or CronJobs: it is then judged like any other object.
+// verifyOwner withdraws the exemption of a ReplicaSet or Job unless its controller, fetched from
+// the watches, is the owner it names and has its pod template (exemptionHolds).
 func (h *Handler) verifyOwner(w *Workload) {
-	if h.Owners == nil || !w.Exempt || w.ControllerRef == nil || w.Kind == gvkPod.Kind {
+	if !w.Exempt || w.ControllerRef == nil || w.Kind == gvkPod.Kind {
 		return
 	}
-	ref := w.ControllerRef
-	if exists, known := h.Owners.OwnerExists(ref.Kind, w.Namespace, ref.Name, ref.UID); known && !exists {
+	var owner *Workload
+	found, known := false, false
+	if h.Owners != nil {
+		owner, found, known = h.Owners.Owner(w.Namespace, *w.ControllerRef)
+	}
+	if ok, why := exemptionHolds(w, owner, found, known); !ok {
 		w.Exempt = false
-		w.Controller += " (not found with uid " + string(ref.UID) + ")"
+		w.Controller += " (" + why + ")"
 	}
 }
 

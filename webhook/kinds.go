@@ -42,12 +42,30 @@ type PodSource struct {
 	TemplatePath string
 	// ExemptBy lists the controller kinds that create objects of this kind from a pod template
 	// the guard judged on the controller (Deployment → ReplicaSet, CronJob → Job, ...).
-	ExemptBy []schema.GroupVersionKind
+	ExemptBy []Exemption
 	// Reader is true when the guard watches objects of this kind as ConfigMap readers: a kind
 	// that owns a pod template and is not normally made from another one's.
 	Reader bool
 	// strip clears what judging a reader does not need (StripForReaders).
 	strip func(runtime.Object)
+}
+
+// Exemption is one controller kind whose objects' pod template is copied into this kind's, with
+// the labels the copy gains on the way (read from the controllers' and the API server's source).
+type Exemption struct {
+	Owner schema.GroupVersionKind
+	// AddedLabels are set on the copy's template over the owner's: they do not make the
+	// templates differ.
+	AddedLabels []string
+}
+
+// exemptBy lists owner kinds that add no labels.
+func exemptBy(owners ...schema.GroupVersionKind) []Exemption {
+	out := make([]Exemption, len(owners))
+	for i, o := range owners {
+		out[i] = Exemption{Owner: o}
+	}
+	return out
 }
 
 // PodSources is the table of the kinds the guard judges.
@@ -61,7 +79,7 @@ var PodSources = []PodSource{
 			return &p.ObjectMeta, nil, true
 		},
 		TemplatePath: "spec",
-		ExemptBy:     []schema.GroupVersionKind{gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob, gvkRC},
+		ExemptBy:     exemptBy(gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob, gvkRC),
 		strip: func(o runtime.Object) {
 			p := o.(*corev1.Pod)
 			p.ManagedFields, p.Status = nil, corev1.PodStatus{}
@@ -115,7 +133,8 @@ var PodSources = []PodSource{
 			return &r.ObjectMeta, &r.Spec.Template, true
 		},
 		TemplatePath: "spec.template.spec",
-		ExemptBy:     []schema.GroupVersionKind{gvkDeployment}},
+		// The Deployment controller copies its template and adds pod-template-hash.
+		ExemptBy: []Exemption{{Owner: gvkDeployment, AddedLabels: []string{"pod-template-hash"}}}},
 	{GVK: gvkRC, Resource: "replicationcontrollers", New: func() runtime.Object { return &corev1.ReplicationController{} },
 		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
 			r, ok := o.(*corev1.ReplicationController)
@@ -141,7 +160,9 @@ var PodSources = []PodSource{
 			return &j.ObjectMeta, &j.Spec.Template, true
 		},
 		TemplatePath: "spec.template.spec", Reader: true,
-		ExemptBy: []schema.GroupVersionKind{gvkCronJob},
+		// The CronJob controller copies jobTemplate.spec; the Job's defaulting (generateSelector)
+		// adds the job-name and controller-uid labels, old and new spelling.
+		ExemptBy: []Exemption{{Owner: gvkCronJob, AddedLabels: []string{"batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid", "job-name", "controller-uid"}}},
 		strip: func(o runtime.Object) {
 			j := o.(*batchv1.Job)
 			j.ManagedFields, j.Status = nil, batchv1.JobStatus{}
@@ -184,6 +205,15 @@ func sourceOfKind(kind string) (*PodSource, bool) {
 	return nil, false
 }
 
+// SourceOfKind returns the row of a kind name, for the watches.
+func SourceOfKind(kind string) (PodSource, bool) {
+	s, ok := sourceOfKind(kind)
+	if !ok {
+		return PodSource{}, false
+	}
+	return *s, true
+}
+
 // sourceOfObject returns the row of a typed object and its metadata and template.
 func sourceOfObject(obj runtime.Object) (*PodSource, *metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
 	for i := range PodSources {
@@ -208,16 +238,28 @@ func templatePath(kind string) string {
 	return "spec.template.spec"
 }
 
-// exemptingOwner reports whether a controller reference of an object of the given kind points to a
-// workload whose pod template the guard judged: the only chains along which a template is copied
-// unchanged by a controller.
-func exemptingOwner(kind string, ref *metav1.OwnerReference) bool {
+// exemptionOf returns the chain along which a controller reference of an object of the given
+// kind may exempt it: the only chains along which a controller copies a template the guard judged.
+func exemptionOf(kind string, ref *metav1.OwnerReference) (Exemption, bool) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
-		return false
+		return Exemption{}, false
 	}
 	s, ok := sourceOfKind(kind)
-	return ok && slices.Contains(s.ExemptBy, gv.WithKind(ref.Kind))
+	if !ok {
+		return Exemption{}, false
+	}
+	i := slices.IndexFunc(s.ExemptBy, func(e Exemption) bool { return e.Owner == gv.WithKind(ref.Kind) })
+	if i < 0 {
+		return Exemption{}, false
+	}
+	return s.ExemptBy[i], true
+}
+
+// exemptingOwner reports whether ref names a controller kind that may exempt an object of kind.
+func exemptingOwner(kind string, ref *metav1.OwnerReference) bool {
+	_, ok := exemptionOf(kind, ref)
+	return ok
 }
 
 // ReaderKinds are the workload kinds whose readers the guard watches (PodSource.Reader).

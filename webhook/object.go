@@ -19,6 +19,7 @@ type Workload struct {
 	Kind      string // "Pod", "StatefulSet", "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob"
 	Namespace string
 	Name      string
+	UID       string
 	// Pod describes the pod: for a Pod its own metadata and spec, for a workload its template.
 	Pod PodContext
 	// Replicas and OrdinalStart are set for a StatefulSet (replicas defaulted to 1 when unset):
@@ -152,7 +153,7 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 	if w.Namespace == "" {
 		w.Namespace = meta.Namespace
 	}
-	w.Name = meta.Name
+	w.Name, w.UID = meta.Name, string(meta.UID)
 	if w.Name == "" {
 		w.Name = meta.GenerateName
 	}

@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -17,13 +17,14 @@ type ConfigMapReaders interface {
 	ReadersOf(namespace, configMap string) ([]*Workload, error)
 }
 
-// Owners tells whether a workload the guard watches exists with a given UID. The guard asks it
+// Owners finds the controller an object names, as the webhook's watches hold it. The guard asks
 // before exempting a ReplicaSet or Job from the order check because its controller is a
-// Deployment or CronJob: a forged ownerReference must not buy the exemption.
+// Deployment or CronJob: the exemption holds only for the owner's own pod template (owners.go).
 type Owners interface {
-	// OwnerExists reports whether namespace/name of kind (a Deployment or CronJob) exists with
-	// uid; known is false when the kind is not watched there.
-	OwnerExists(kind, namespace, name string, uid types.UID) (exists, known bool)
+	// Owner returns the controller ref names in namespace. found is false when no such object
+	// exists with ref's UID; known is false when the webhook cannot tell (kind not watched, the
+	// lookup failed).
+	Owner(namespace string, ref metav1.OwnerReference) (owner *Workload, found, known bool)
 }
 
 // ConfigMapIndex is the name of the informer index IndexByConfigMap computes.

@@ -13,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -319,47 +318,37 @@ func (w *watches) ready(*http.Request) error {
 
 var _ webhook.Owners = (*watches)(nil)
 
-// OwnerExists implements webhook.Owners from the Deployment and CronJob watches, falling back to
-// a GET when the watch has not seen the object (it may have been created a moment ago, and its
-// controller is already creating the ReplicaSet or Job). Anything it cannot tell is unknown.
-func (w *watches) OwnerExists(kind, namespace, name string, uid types.UID) (bool, bool) {
-	var resource string
-	switch kind {
-	case "Deployment":
-		resource = "deployments"
-	case "CronJob":
-		resource = "cronjobs"
-	default:
-		return false, false
+// Owner implements webhook.Owners from the reader watches (Deployments and CronJobs among them),
+// falling back to a GET when the watch has not seen the object (it may have been created a moment
+// ago, and its controller is already creating the ReplicaSet or Job). Anything it cannot tell is
+// unknown, and an unknown owner exempts nothing.
+func (w *watches) Owner(namespace string, ref metav1.OwnerReference) (*webhook.Workload, bool, bool) {
+	src, ok := webhook.SourceOfKind(ref.Kind)
+	if !ok || !src.Reader {
+		return nil, false, false
 	}
-	scopes := w.byKind[resource]
-	x, ok := scopes[namespace]
-	if !ok {
-		if x, ok = scopes[""]; !ok {
-			return false, false
+	wl, found, known := w.Workload(src.Resource, namespace, ref.Name)
+	if !known {
+		return nil, false, false
+	}
+	if !found {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		obj, err := restClientFor(w.cs, src.GVK.Group).Get().Namespace(namespace).Resource(src.Resource).Name(ref.Name).Do(ctx).Get()
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, false, true
+		case err != nil:
+			return nil, false, false
+		}
+		if wl, err = webhook.WorkloadOf(obj, namespace); err != nil {
+			return nil, false, false
 		}
 	}
-	if obj, found, err := x.informer.GetStore().GetByKey(namespace + "/" + name); err == nil && found {
-		if m, err := meta.Accessor(obj); err == nil {
-			return m.GetUID() == uid, true
-		}
+	if types.UID(wl.UID) != ref.UID {
+		return nil, false, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	var got metav1.Object
-	var err error
-	if resource == "deployments" {
-		got, err = w.cs.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
-	} else {
-		got, err = w.cs.BatchV1().CronJobs(namespace).Get(ctx, name, metav1.GetOptions{})
-	}
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, true
-	case err != nil:
-		return false, false
-	}
-	return got.GetUID() == uid, true
+	return wl, true, true
 }
 
 // leaseLister answers the resolver's Lease reads from the namespace's informer. A namespace not

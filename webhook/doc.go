@@ -39,6 +39,14 @@
 //     hostname of controller-named pods are unknowable; an Indexed Job's containers get the
 //     JOB_COMPLETION_INDEX variable its controller adds. Where a Pod carries its own truth (name,
 //     spec.hostname, annotations) the Pod's review uses it.
+//   - Owner exemptions (2). An owner exempts an object from the order check only when the webhook
+//     fetched it (with the UID the object names) and its pod template, which the guard judged, is
+//     semantically the object's, up to the labels the copy gains (a ReplicaSet's pod-template-hash;
+//     a Job's job-name and controller-uid). Otherwise, or when the owner cannot be fetched, the
+//     object is judged itself (owners.go).
+//   - Wrong refusals (5). A ConfigMap, or a key, that does not exist arms nothing now: no container
+//     that needs it starts until it exists, and the create or update that brings it is a reviewed
+//     ConfigMap change judged for every reader. A workload applied before its ConfigMap is admitted.
 //
 // Against an adversary: one review's work is bounded whatever the object says (Policy.MaxShards,
 // MaxConfigMaps, a per-review Budget for resolving environments; above them a too_complex

@@ -154,3 +154,26 @@ func TestKindsAndPathsRedTeam(t *testing.T) {
 		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
 	}
 }
+
+// Issue 17, class 5: a workload applied before the ConfigMap it reads (a common GitOps order) is
+// not refused. The missing ConfigMap arms nothing now: no container that needs it starts until it
+// exists, and its creation is a reviewed ConfigMap change.
+func TestMissingConfigMapArmsNothingNow(t *testing.T) {
+	plain := func(s *appsv1.StatefulSet) {
+		s.Spec.Template.Spec.Containers[0].Env = nil // no NOETL_* variable at all
+	}
+	rows := []row{
+		{name: "an unrelated Deployment envFrom a ConfigMap that does not exist yet", input: func(t testing.TB) webhook.Input {
+			s := sts(plain, envFrom(cmEnvFrom("app-config", "")))
+			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkDep, deployment(s))}
+		}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 1},
+		{name: "a writer whose fencing key is not in its ConfigMap yet", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false)), unsetEnv("NOETL_EHDB_ELECTION")},
+			cluster: func(r *wt.Resolver) { r.ConfigMaps = map[string]map[string]string{"flags": {"other": "x"}} },
+			allowed: true, reason: webhook.ReasonUnarmed, lookups: 1},
+		{name: "a missing ConfigMap does not hide a literal enforce", sts: []func(*appsv1.StatefulSet){envFrom(cmEnvFrom("app-config", "")), unsetEnv("NOETL_EHDB_ELECTION")},
+			unmet: []webhook.Reason{webhook.ReasonElectionDisabled}, lookups: -1},
+	}
+	for _, rw := range rows {
+		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+}

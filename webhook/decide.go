@@ -5,7 +5,6 @@ import (
 
 	"strings"
 
-	admissionv1 "k8s.io/api/admission/v1"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -66,10 +65,10 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		return d
 	}
 	scope := orderScopeOf(in, in.configMapsFor(f.configMapsFinal(), true), budget, p)
-	if in.ConfigMapChange != nil && in.Operation == admissionv1.Update && oldArmed(in, in.configMapsFor(f.configMapsFinal(), true), budget) {
-		// The ConfigMap change arms nothing that was not armed before.
-		d.Allowed, d.Reason = true, ReasonNoOpinion
-		return d
+	// Disarming order: an object that was armed must keep its election while it stays armed.
+	removal := ""
+	if oldArmed(in, in.configMapsFor(f.configMapsFinal(), true), budget) {
+		removal = fmt.Sprintf(" It is armed now: remove in the reverse order of arming (enforce → shadow): first set %s=shadow (or off) and roll it out, then turn the election off.", EnvFencing)
 	}
 
 	// 1. Election enabled, in the same container, by the writer's own parser.
@@ -81,7 +80,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		case ev.enabledSet && !ev.enabledText.Known():
 			d.unmet(ReasonElectionUnknowable,
 				fmt.Sprintf("%s: %s cannot be known (%s), so election cannot be verified as enabled.", v.label(), election.EnvElection, ev.enabledText.Unknown.String()),
-				fmt.Sprintf("set %s=true in the env of %s (or in a ConfigMap it reads).", election.EnvElection, v.label()))
+				fmt.Sprintf("set %s=true in the env of %s (or in a ConfigMap it reads).", election.EnvElection, v.label())+removal)
 		case !ev.enabled:
 			detail := election.EnvElection + " is not set (election is off by default)"
 			if ev.enabledSet {
@@ -92,7 +91,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 			}
 			d.unmet(ReasonElectionDisabled,
 				fmt.Sprintf("%s: election is not enabled: %s.", v.label(), detail),
-				fmt.Sprintf("set %s=true in the env of %s, the same container that sets %s.", election.EnvElection, v.label(), EnvFencing))
+				fmt.Sprintf("set %s=true in the env of %s, the same container that sets %s.", election.EnvElection, v.label(), EnvFencing)+removal)
 		case ev.tooMany > 0:
 			d.unmet(ReasonTooComplex,
 				fmt.Sprintf("%s: the StatefulSet has %d replicas and each pod takes its shard from its ordinal; the guard judges at most %d shards per object, so it cannot verify this one.", v.label(), ev.tooMany, p.maxShards()),

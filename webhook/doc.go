@@ -39,6 +39,14 @@
 //     hostname of controller-named pods are unknowable; an Indexed Job's containers get the
 //     JOB_COMPLETION_INDEX variable its controller adds. Where a Pod carries its own truth (name,
 //     spec.hostname, annotations) the Pod's review uses it.
+//   - ConfigMap changes (1). Every create, update and delete of a ConfigMap in a guarded namespace
+//     reaches the webhook (no matchCondition: a value may be assembled from several keys, or vanish
+//     with a key or a delete), which judges each object that reads it (every kind of PodSources,
+//     from a watch) as it will run after the change: arming is a transition (order check); an armed
+//     reader must still meet every requirement, so turning its election off is refused with the
+//     removal order (enforce → shadow first), and a shard or namespace it moves to faces the order
+//     check. A bare Pod armed this way gets the order check too; a reader whose controller reads the
+//     ConfigMap with the same environment is judged through the controller (configmap.go).
 //   - Owner exemptions (2). An owner exempts an object from the order check only when the webhook
 //     fetched it (with the UID the object names) and its pod template, which the guard judged, is
 //     semantically the object's, up to the labels the copy gains (a ReplicaSet's pod-template-hash;

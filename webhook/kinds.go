@@ -43,8 +43,8 @@ type PodSource struct {
 	// ExemptBy lists the controller kinds that create objects of this kind from a pod template
 	// the guard judged on the controller (Deployment → ReplicaSet, CronJob → Job, ...).
 	ExemptBy []Exemption
-	// Reader is true when the guard watches objects of this kind as ConfigMap readers: a kind
-	// that owns a pod template and is not normally made from another one's.
+	// Reader is true when the guard watches objects of this kind as ConfigMap readers: every kind,
+	// since a container re-reads its ConfigMaps at every start (bare Pods and ReplicaSets too).
 	Reader bool
 	// strip clears what judging a reader does not need (StripForReaders).
 	strip func(runtime.Object)
@@ -78,7 +78,7 @@ var PodSources = []PodSource{
 			}
 			return &p.ObjectMeta, nil, true
 		},
-		TemplatePath: "spec",
+		TemplatePath: "spec", Reader: true,
 		ExemptBy:     exemptBy(gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob, gvkRC),
 		strip: func(o runtime.Object) {
 			p := o.(*corev1.Pod)
@@ -132,7 +132,11 @@ var PodSources = []PodSource{
 			}
 			return &r.ObjectMeta, &r.Spec.Template, true
 		},
-		TemplatePath: "spec.template.spec",
+		TemplatePath: "spec.template.spec", Reader: true,
+		strip: func(o runtime.Object) {
+			r := o.(*appsv1.ReplicaSet)
+			r.ManagedFields, r.Status = nil, appsv1.ReplicaSetStatus{}
+		},
 		// The Deployment controller copies its template and adds pod-template-hash.
 		ExemptBy: []Exemption{{Owner: gvkDeployment, AddedLabels: []string{"pod-template-hash"}}}},
 	{GVK: gvkRC, Resource: "replicationcontrollers", New: func() runtime.Object { return &corev1.ReplicationController{} },

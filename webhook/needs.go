@@ -41,17 +41,10 @@ func Needs(in Input, f *Facts, p Policy) Query {
 		return b.query()
 	}
 	if in.Operation == admissionv1.Update && in.Old != nil {
-		wasArmed := false
 		for _, ov := range view(in.Old, in.configMapsFor(f.configMaps(), true), budget) {
-			if ov.armed && !ov.unknowable {
-				wasArmed = true // armed before: not a transition
-			}
 			for _, name := range ov.pending {
 				b.configMap(name)
 			}
-		}
-		if wasArmed && in.ConfigMapChange != nil {
-			return b.query() // the change arms nothing that was not armed: Decide has no opinion
 		}
 	}
 	scope := orderScopeOf(in, in.configMapsFor(f.configMaps(), true), budget, p)

@@ -3,6 +3,7 @@ package webhook
 import (
 	"maps"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 )
 
@@ -51,3 +52,7 @@ func emptyNil(m map[string]string) map[string]string {
 	}
 	return m
 }
+
+func envVarEqual(a, b corev1.EnvVar) bool { return equality.Semantic.DeepEqual(a, b) }
+
+func envFromEqual(a, b corev1.EnvFromSource) bool { return equality.Semantic.DeepEqual(a, b) }

@@ -176,8 +176,8 @@ func TestPolicyRedTeam(t *testing.T) {
 		{name: "a ConfigMap created with enforce for a reader that waited on it", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: cmChange("", "enforce", false),
 			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, lookups: -1},
 		{name: "a ConfigMap edit that arms a reader with its Lease live", input: cmChange("off", "enforce", true), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
-		{name: "a ConfigMap edit of a reader already enforcing", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: cmChange("enforce", " Enforce", true),
-			allowed: true, reason: webhook.ReasonNoOpinion, lookups: 0},
+		{name: "a ConfigMap edit of a reader already enforcing: judged, no shard added, no order check", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: cmChange("enforce", " Enforce", true),
+			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: 5},
 		{name: "a ConfigMap edit that disarms", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: cmChange("enforce", "shadow", true),
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 	}

@@ -17,6 +17,10 @@ func orderCheckApplies(in Input, p Policy) bool {
 	if in.Subresource == subresourceEphemeral {
 		return in.Operation == admissionv1.Update
 	}
+	if in.ConfigMapChange != nil && in.Object.Kind == gvkPod.Kind && !in.Object.Exempt {
+		// A bare Pod armed by a ConfigMap edit at its next container start: no owner judged it.
+		return true
+	}
 	if in.Object.Kind == gvkPod.Kind || in.Object.Exempt {
 		return false
 	}

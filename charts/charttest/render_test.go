@@ -203,9 +203,9 @@ func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
 	// What the guard reads, only where it guards (cluster-wide only with guardedNamespaces ["*"]).
 	reads := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
-		{APIGroups: []string{""}, Resources: []string{"replicationcontrollers"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"replicationcontrollers", "pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"cronjobs", "jobs"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	tlsVerbs := []string{"get", "list", "watch", "update", "patch"}
@@ -593,11 +593,11 @@ func TestWebhookConfiguration(t *testing.T) {
 				}
 			}
 			wantCMRules := []admissionregistrationv1.RuleWithOperations{
-				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
+				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE", "DELETE"}, Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 			}
 			if configMaps.Name != "configmaps.ehdb-election.noetl.io" || !reflect.DeepEqual(configMaps.Rules, wantCMRules) || *configMaps.FailurePolicy != tc.workloads ||
-				len(configMaps.MatchConditions) != 1 || !reflect.DeepEqual(configMaps.NamespaceSelector, workloads.NamespaceSelector) {
+				len(configMaps.MatchConditions) != 0 || !reflect.DeepEqual(configMaps.NamespaceSelector, workloads.NamespaceSelector) {
 				t.Errorf("ConfigMap entry: %+v", configMaps)
 			}
 			wantWorkloadRules := []admissionregistrationv1.RuleWithOperations{

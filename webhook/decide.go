@@ -5,7 +5,6 @@ import (
 
 	"strings"
 
-
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noetl/ehdb-election/election"

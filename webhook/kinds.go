@@ -79,7 +79,7 @@ var PodSources = []PodSource{
 			return &p.ObjectMeta, nil, true
 		},
 		TemplatePath: "spec", Reader: true,
-		ExemptBy:     exemptBy(gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob, gvkRC),
+		ExemptBy: exemptBy(gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob, gvkRC),
 		strip: func(o runtime.Object) {
 			p := o.(*corev1.Pod)
 			p.ManagedFields, p.Status = nil, corev1.PodStatus{}

@@ -55,6 +55,11 @@
 //   - Wrong refusals (5). A ConfigMap, or a key, that does not exist arms nothing now: no container
 //     that needs it starts until it exists, and the create or update that brings it is a reviewed
 //     ConfigMap change judged for every reader. A workload applied before its ConfigMap is admitted.
+//   - Scope (8). A review the webhook's watches cannot answer is "could not verify", never "read by
+//     no one" or "owner trusted": ScopedReaders refuses a ConfigMap outside the watched namespaces,
+//     an owner or a scaled StatefulSet the watches do not hold is unknown, and cmd/webhook compares
+//     its configuration's namespaceSelector with --guarded-namespaces at start-up (a log line) and
+//     in readiness (not ready on a mismatch).
 //
 // Against an adversary: one review's work is bounded whatever the object says (Policy.MaxShards,
 // MaxConfigMaps, a per-review Budget for resolving environments; above them a too_complex

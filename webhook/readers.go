@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,4 +82,21 @@ func (r IndexReaders) ReadersOf(namespace, configMap string) ([]*Workload, error
 		return out[i].Name < out[j].Name
 	})
 	return out, nil
+}
+
+// ScopedReaders answers ReadersOf only in the namespaces its watches cover (Namespaces; "" is
+// every namespace). A ConfigMap elsewhere is an error, so the review fails closed ("could not
+// tell which workloads read it") instead of finding it read by no one (issue 17, class 8: a process
+// whose watches cover fewer namespaces than its webhook configuration sends it).
+type ScopedReaders struct {
+	Readers    ConfigMapReaders
+	Namespaces []string
+}
+
+// ReadersOf implements ConfigMapReaders.
+func (s ScopedReaders) ReadersOf(namespace, configMap string) ([]*Workload, error) {
+	if !slices.Contains(s.Namespaces, "") && !slices.Contains(s.Namespaces, namespace) {
+		return nil, fmt.Errorf("this webhook's watches cover %v, not namespace %s: its configuration sends it more than its --guarded-namespaces", s.Namespaces, namespace)
+	}
+	return s.Readers.ReadersOf(namespace, configMap)
 }

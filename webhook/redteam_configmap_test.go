@@ -104,3 +104,19 @@ func configMapReview(t *testing.T, op admissionv1.Operation, kind metav1.GroupVe
 	body := review(t, op, kind, obj, old)
 	return []byte(strings.Replace(string(body), `"name":"`+wt.WriterName+`"`, `"name":"flags"`, 1))
 }
+
+// Issue 17, class 8: a ConfigMap in a namespace the webhook's watches do not cover is not "read
+// by no one": the review fails closed.
+func TestConfigMapOutsideTheWatchesIsNotVerified(t *testing.T) {
+	// Watches on "elsewhere" only: they hold none of noetl's readers.
+	readers := webhook.ConfigMapReaders(webhook.ScopedReaders{Readers: fakeReaders(t), Namespaces: []string{"elsewhere"}})
+	h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Readers: readers}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+	t.Cleanup(srv.Close)
+	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: ns}, Data: map[string]string{"fencing": "enforce"}}
+	_, out, raw := post(t, srv.URL, "application/json", configMapReview(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, cm, nil))
+	if out.Response == nil || out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "could not tell which workloads read") ||
+		!strings.Contains(out.Response.Result.Message, "not namespace noetl") {
+		t.Fatalf("a ConfigMap outside the watches: %s; want it refused as could not verify", raw)
+	}
+}

@@ -253,14 +253,18 @@ func guardedScopes(namespaces []string) []string {
 type watches struct {
 	all     []*watched
 	leases  map[string]*watched
-	readers webhook.IndexReaders
+	readers webhook.ScopedReaders
 	// byKind: resource ("deployments") -> scope ("" = all namespaces) -> informer.
 	byKind map[string]map[string]*watched
 	cs     kubernetes.Interface
+	// scope compares the webhook configuration's namespaces with the watches (checkScope).
+	scope *scopeCheck
+	log   logr.Logger
 }
 
 func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, log logr.Logger) (*watches, error) {
-	w := &watches{leases: map[string]*watched{}, byKind: map[string]map[string]*watched{}, cs: cs}
+	w := &watches{leases: map[string]*watched{}, byKind: map[string]map[string]*watched{}, cs: cs, log: log}
+	w.readers.Namespaces, w.readers.Readers = guardedScopes(namespaces), webhook.IndexReaders(nil)
 	for _, ns := range guardedScopes(namespaces) {
 		if withLeases {
 			l, err := newWatched(leaseClient(cs), ns, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}, cache.TransformStripManagedFields(), log)
@@ -275,7 +279,8 @@ func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, l
 			if err != nil {
 				return nil, err
 			}
-			w.readers = append(w.readers, r.informer.GetIndexer())
+			idx, _ := w.readers.Readers.(webhook.IndexReaders)
+			w.readers.Readers = append(idx, r.informer.GetIndexer())
 			w.all = append(w.all, r)
 			if w.byKind[k.name] == nil {
 				w.byKind[k.name] = map[string]*watched{}
@@ -288,6 +293,7 @@ func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, l
 
 // run starts every informer and stops them when ctx is done.
 func (w *watches) run(ctx context.Context) error {
+	w.logScope(ctx)
 	var wg sync.WaitGroup
 	for _, x := range w.all {
 		wg.Add(1)
@@ -306,6 +312,11 @@ func (w *watches) ready(*http.Request) error {
 			continue
 		}
 		if err := x.health.check(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if w.scope != nil {
+		if err := w.scope.check(context.Background()); err != nil && !errors.As(err, new(*unreadableScope)) {
 			problems = append(problems, err.Error())
 		}
 	}

@@ -90,6 +90,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	if err != nil {
 		return err
 	}
+	w.checkScope(o.webhookConfigName, o.guardedNamespaces)
 	if err := mgr.Add(manager.RunnableFunc(w.run)); err != nil {
 		return err
 	}

@@ -60,6 +60,11 @@
 //     an owner or a scaled StatefulSet the watches do not hold is unknown, and cmd/webhook compares
 //     its configuration's namespaceSelector with --guarded-namespaces at start-up (a log line) and
 //     in readiness (not ready on a mismatch).
+//   - Liveness (9). With the Lease watch on, the order check judges a Lease live when the webhook's
+//     watch saw it renew (its renewTime change, or its creation while watched) within its
+//     leaseDurationSeconds on the webhook's own monotonic clock (JudgeRenewalsBy), so clock offsets
+//     between nodes neither refuse a live election nor admit a dead one; a Lease not seen renewing
+//     since the webhook started (or one read by GET, not yet in the watch) is not live: retry.
 //
 // Against an adversary: one review's work is bounded whatever the object says (Policy.MaxShards,
 // MaxConfigMaps, a per-review Budget for resolving environments; above them a too_complex

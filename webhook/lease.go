@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noetl/ehdb-election/election"
@@ -32,7 +30,7 @@ func (d *Decision) checkLeases(f *Facts, ns string, shards []uint32) {
 			problems = append(problems, bad{"live", fmt.Sprintf("Lease %s (shard %d) does not exist: the election has not run for this shard", key, s)})
 			continue
 		}
-		if why := leaseProblems(lf.Spec, f.Now); why != "" {
+		if why := leaseProblems(lf, f.Now); why != "" {
 			problems = append(problems, bad{"live", fmt.Sprintf("Lease %s (shard %d) %s", key, s, why)})
 		}
 	}
@@ -55,7 +53,14 @@ func (d *Decision) checkLeases(f *Facts, ns string, shards []uint32) {
 
 // leaseProblems says what keeps a Lease from proving a live election: "" when live, held and
 // minted.
-func leaseProblems(s coordinationv1.LeaseSpec, now time.Time) string {
+//
+// Liveness (issue 17, class 9) is judged on the webhook's own monotonic clock when the fact is
+// Observed: the Lease is live when the webhook's watch saw its renewTime change within the last
+// leaseDurationSeconds, as the webhook measured it — so a holder whose node clock is behind is not
+// refused as expired, and one whose clock is ahead is not live after it stops renewing. Without a
+// renewal clock (no Lease watch), renewTime is compared with the webhook's wall clock.
+func leaseProblems(lf LeaseFact, now time.Time) string {
+	s := lf.Spec
 	var why []string
 	if s.HolderIdentity == nil || *s.HolderIdentity == "" {
 		why = append(why, "is not held")
@@ -65,6 +70,14 @@ func leaseProblems(s coordinationv1.LeaseSpec, now time.Time) string {
 		why = append(why, "has never been renewed")
 	case s.LeaseDurationSeconds == nil:
 		why = append(why, "has no leaseDurationSeconds")
+	case lf.Observed:
+		d := time.Duration(*s.LeaseDurationSeconds) * time.Second
+		switch age := now.Sub(lf.Renewed); {
+		case lf.Renewed.IsZero():
+			why = append(why, "has not been seen renewing by this webhook since it started watching (a live holder renews within its leaseDurationSeconds; retry)")
+		case age > d:
+			why = append(why, fmt.Sprintf("was last seen renewing %s ago by this webhook's clock, longer than its leaseDurationSeconds (%s)", age.Round(time.Second), d))
+		}
 	default:
 		expiry := s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second)
 		if now.After(expiry) {

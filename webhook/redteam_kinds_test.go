@@ -3,12 +3,14 @@ package webhook_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/webhook"
@@ -172,6 +174,32 @@ func TestMissingConfigMapArmsNothingNow(t *testing.T) {
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 1},
 		{name: "a missing ConfigMap does not hide a literal enforce", sts: []func(*appsv1.StatefulSet){envFrom(cmEnvFrom("app-config", "")), unsetEnv("NOETL_EHDB_ELECTION")},
 			unmet: []webhook.Reason{webhook.ReasonElectionDisabled}, lookups: -1},
+	}
+	for _, rw := range rows {
+		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+}
+
+// Issue 17, class 9: Lease liveness for the order check is judged on the webhook's own clock (the
+// watch saw the Lease renew within its leaseDurationSeconds), not renewTime — written by the
+// holder's clock — against the webhook's wall clock.
+func TestLeaseLivenessOnTheWebhooksClock(t *testing.T) {
+	renewing := func(renewTime time.Time, seen time.Duration) func(r *wt.Resolver) {
+		return func(r *wt.Resolver) {
+			r.Leases[lease(ns, 0)] = wt.LiveLease(ns, 0, renewTime, 1).Spec // leaseDurationSeconds 15
+			r.Renewals = map[types.NamespacedName]time.Time{}
+			if seen >= 0 {
+				r.Renewals[lease(ns, 0)] = now.Add(-seen)
+			}
+		}
+	}
+	rows := []row{
+		{name: "a holder whose clock is 1m40 behind, seen renewing 5 s ago, is live", cluster: renewing(now.Add(-100*time.Second), 5*time.Second),
+			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "a holder whose clock is an hour ahead, last seen renewing 20 s ago, is not live", cluster: renewing(now.Add(time.Hour), 20*time.Second),
+			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, msg: []string{"last seen renewing 20s ago by this webhook's clock"}, lookups: -1},
+		{name: "a Lease never seen renewing since the webhook started is not live", cluster: renewing(now, -1),
+			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, msg: []string{"has not been seen renewing by this webhook"}, lookups: -1},
 	}
 	for _, rw := range rows {
 		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })

@@ -260,15 +260,29 @@ type watches struct {
 	// scope compares the webhook configuration's namespaces with the watches (checkScope).
 	scope *scopeCheck
 	log   logr.Logger
+	// renewedAt is when this process saw each Lease ("ns/name") renew (LastRenewal).
+	renewMu   sync.Mutex
+	renewedAt map[string]time.Time
 }
 
 func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, log logr.Logger) (*watches, error) {
-	w := &watches{leases: map[string]*watched{}, byKind: map[string]map[string]*watched{}, cs: cs, log: log}
+	w := &watches{leases: map[string]*watched{}, byKind: map[string]map[string]*watched{}, cs: cs, log: log, renewedAt: map[string]time.Time{}}
 	w.readers.Namespaces, w.readers.Readers = guardedScopes(namespaces), webhook.IndexReaders(nil)
 	for _, ns := range guardedScopes(namespaces) {
 		if withLeases {
 			l, err := newWatched(leaseClient(cs), ns, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}, cache.TransformStripManagedFields(), log)
 			if err != nil {
+				return nil, err
+			}
+			if _, err := l.informer.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+				AddFunc: func(obj any, initial bool) {
+					if !initial { // created while watched: its acquisition is a renewal seen
+						w.noteRenewal(nil, obj)
+					}
+				},
+				UpdateFunc: w.noteRenewal,
+				DeleteFunc: w.forgetRenewal,
+			}); err != nil {
 				return nil, err
 			}
 			w.leases[ns] = l
@@ -429,4 +443,40 @@ func (w *watches) Workload(resource, namespace, name string) (*webhook.Workload,
 		return nil, false, false
 	}
 	return wl, true, true
+}
+
+var _ webhook.RenewalClock = (*watches)(nil)
+
+// noteRenewal records, on this process's clock, a Lease update whose renewTime changed (the
+// holder renewed), or a Lease created while watched (its acquisition). The initial list is no
+// renewal: a Lease whose holder died an hour ago looks the same then.
+func (w *watches) noteRenewal(oldObj, newObj any) {
+	o, _ := oldObj.(*coordinationv1.Lease)
+	n, ok := newObj.(*coordinationv1.Lease)
+	if !ok || n.Spec.RenewTime == nil || (o != nil && o.Spec.RenewTime != nil && o.Spec.RenewTime.Equal(n.Spec.RenewTime)) {
+		return
+	}
+	w.renewMu.Lock()
+	defer w.renewMu.Unlock()
+	w.renewedAt[n.Namespace+"/"+n.Name] = time.Now()
+}
+
+// forgetRenewal drops a deleted Lease's record, so the map holds only Leases that exist.
+func (w *watches) forgetRenewal(obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		w.renewMu.Lock()
+		defer w.renewMu.Unlock()
+		delete(w.renewedAt, l.Namespace+"/"+l.Name)
+	}
+}
+
+// LastRenewal implements webhook.RenewalClock.
+func (w *watches) LastRenewal(namespace, name string) (time.Time, bool) {
+	w.renewMu.Lock()
+	defer w.renewMu.Unlock()
+	at, ok := w.renewedAt[namespace+"/"+name]
+	return at, ok
 }

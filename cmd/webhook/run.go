@@ -98,7 +98,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		return err
 	}
 	if o.watchLeases {
-		resolverOpts = append(resolverOpts, webhook.ReadLeasesFrom(leaseLister{w}))
+		resolverOpts = append(resolverOpts, webhook.ReadLeasesFrom(leaseLister{w}), webhook.JudgeRenewalsBy(w))
 	}
 	handler := &webhook.Handler{
 		Resolver:    webhook.NewAPIResolver(cs, 0, resolverOpts...),

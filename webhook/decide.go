@@ -61,6 +61,14 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	}
 	if len(armed) == 0 {
 		d.Allowed, d.Reason = true, ReasonUnarmed
+		// Out of reach (README): a writer's image may set the fencing variable in its ENV.
+		for i := range views {
+			if _, set := views[i].env.Lookup(EnvFencing); !set {
+				if _, writer := views[i].env.Lookup(election.EnvElection); writer {
+					d.warn(truncate(views[i].label()+" sets "+election.EnvElection+" but not "+EnvFencing+": if its image's ENV sets "+EnvFencing+", the guard cannot see it; set it in the env explicitly.", 240))
+				}
+			}
+		}
 		return d
 	}
 	scope := orderScopeOf(in, in.configMapsFor(f.configMapsFinal(), true), budget, p)

@@ -136,7 +136,8 @@ func TestPolicy(t *testing.T) {
 		// --- armed or not ---------------------------------------------------------------
 		{name: "today's writer: fencing off, nothing else", bare: true, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 		{name: "fencing shadow", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_FENCING", "shadow")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
-		{name: "fencing unset", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+		{name: "fencing unset: unarmed, and the image's ENV is said to be out of reach", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING")}, allowed: true, reason: webhook.ReasonUnarmed,
+			warn: []string{"if its image's ENV sets NOETL_EHDB_FENCING, the guard cannot see it"}, lookups: 0},
 		{name: "fencing 'enforced' is not enforce", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_FENCING", "enforced")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 		{name: "fencing enforce", allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
 		{name: "fencing ENFORCE", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_FENCING", "ENFORCE")}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
@@ -157,7 +158,7 @@ func TestPolicy(t *testing.T) {
 		{name: "fencing from a missing ConfigMap arms nothing now (its creation is reviewed)", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false)), unsetEnv("NOETL_EHDB_ELECTION")},
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 1},
 		{name: "fencing from a missing optional ConfigMap is unset", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", true))},
-			allowed: true, reason: webhook.ReasonUnarmed, lookups: 1},
+			allowed: true, reason: webhook.ReasonUnarmed, warn: []string{"image's ENV"}, lookups: 1},
 		{name: "fencing from an unreadable ConfigMap is unknowable", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false)), unsetEnv("NOETL_EHDB_ELECTION")},
 			cluster: func(r *wt.Resolver) {
 				r.ConfigMapErr = map[string]error{"flags": errors.New("the server is currently unable to handle the request")}
@@ -177,7 +178,7 @@ func TestPolicy(t *testing.T) {
 			cluster: func(r *wt.Resolver) {
 				r.ConfigMaps = map[string]map[string]string{"flags": {"NOETL_EHDB_FENCING": "enforce"}}
 			},
-			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+			allowed: true, reason: webhook.ReasonUnarmed, warn: []string{"image's ENV"}, lookups: 0},
 		{name: "envFrom overridden by env", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_FENCING", "off"), envFrom(cmEnvFrom("flags", ""))},
 			cluster: func(r *wt.Resolver) {
 				r.ConfigMaps = map[string]map[string]string{"flags": {"NOETL_EHDB_FENCING": "enforce"}}

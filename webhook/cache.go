@@ -46,6 +46,19 @@ func ReadLeasesFrom(l coordinationlisters.LeaseLister) ResolverOption {
 	return func(r *APIResolver) { r.leases = l }
 }
 
+// RenewalClock tells when this process last saw a Lease renew: its watch saw the Lease's
+// renewTime change, at that moment of the process's own (monotonic) clock.
+type RenewalClock interface {
+	LastRenewal(namespace, name string) (at time.Time, seen bool)
+}
+
+// JudgeRenewalsBy makes every Lease fact Observed by rc, so the order check judges liveness on the
+// webhook's own clock (leaseProblems) rather than comparing renewTime, written by the holder's
+// clock, with the webhook's wall clock.
+func JudgeRenewalsBy(rc RenewalClock) ResolverOption {
+	return func(r *APIResolver) { r.renewals = rc }
+}
+
 // maxCached bounds the cache; past it, expired entries go, and if that is not enough, all do.
 const maxCached = 4096
 

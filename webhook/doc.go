@@ -9,14 +9,62 @@
 //   - the pod must run as a dedicated ServiceAccount (not "default") that exists and may get,
 //     create and update coordination.k8s.io Leases, checked with SubjectAccessReviews for the
 //     ServiceAccount's real identity, so any correct binding passes and a missing one fails;
-//   - when a workload becomes armed (created armed, or updated from unarmed to armed), every
-//     shard it will run must already have a live, held Lease with epoch >= 1 (Policy switch).
+//   - every shard a workload arms that it did not run armed before must already have a live,
+//     held Lease with epoch >= 1 (the order check; Policy switch).
 //
 // The design follows controller-runtime's pkg/webhook/admission: Decide is a pure function of
 // the object, the old object and Facts; a Resolver gathers the Facts (ConfigMaps, the
 // ServiceAccount, SubjectAccessReviews, Leases) with concurrent lookups; Needs says which facts
 // are still missing, so an unarmed object is decided without any API call; Handler is the thin
-// transport that decodes, loops Needs/Resolve, decides, answers and records.
+// transport that decodes, loops Needs/Resolve, decides, answers and records. One file answers one
+// question: kinds.go which kinds make pods (one table), runs.go what the kubelet and the
+// controllers make of a template, analysis.go which containers are armed, election.go what the
+// writer's parser concludes, transition.go which shards the order check covers, access.go,
+// serviceaccount.go and lease.go the requirements, decide.go and needs.go the judgement.
+//
+// The rules that close each class of issue 17 (README "What the guard refuses"):
+//
+//   - Kinds and paths (4). Every built-in path that creates a pod or changes a running pod's
+//     containers is reviewed: the kinds of PodSources (ReplicationController included) on create
+//     and update, Pods on create, ephemeral containers added to a running Pod (judged like a
+//     workload: order check, fail closed), and a StatefulSet's scale subresource. Arming that adds
+//     shards is arming: the order check covers every shard the object runs armed that it did not
+//     run armed before (replicas 0 → n, a scale-up). An armed Pod whose own hostname gives its
+//     election no shard is refused: its election would certainly decline.
+//   - Ground truth (3). What the kubelet or a controller decides per pod is never read from the
+//     template (runs.go): a pod on the host network has the node's hostname, so no shard follows
+//     from its name; the StatefulSet controller's pod name, hostname, pod-name and pod-index
+//     labels are computed per ordinal; a label or annotation a controller sets over the template
+//     (an Indexed Job's completion index, pod-template-hash, controller-revision-hash) and the
+//     hostname of controller-named pods are unknowable; an Indexed Job's containers get the
+//     JOB_COMPLETION_INDEX variable its controller adds. Where a Pod carries its own truth (name,
+//     spec.hostname, annotations) the Pod's review uses it.
+//   - ConfigMap changes (1). Every create, update and delete of a ConfigMap in a guarded namespace
+//     reaches the webhook (no matchCondition: a value may be assembled from several keys, or vanish
+//     with a key or a delete), which judges each object that reads it (every kind of PodSources,
+//     from a watch) as it will run after the change: arming is a transition (order check); an armed
+//     reader must still meet every requirement, so turning its election off is refused with the
+//     removal order (enforce → shadow first), and a shard or namespace it moves to faces the order
+//     check. A bare Pod armed this way gets the order check too; a reader whose controller reads the
+//     ConfigMap with the same environment is judged through the controller (configmap.go).
+//   - Owner exemptions (2). An owner exempts an object from the order check only when the webhook
+//     fetched it (with the UID the object names) and its pod template, which the guard judged, is
+//     semantically the object's, up to the labels the copy gains (a ReplicaSet's pod-template-hash;
+//     a Job's job-name and controller-uid). Otherwise, or when the owner cannot be fetched, the
+//     object is judged itself (owners.go).
+//   - Wrong refusals (5). A ConfigMap, or a key, that does not exist arms nothing now: no container
+//     that needs it starts until it exists, and the create or update that brings it is a reviewed
+//     ConfigMap change judged for every reader. A workload applied before its ConfigMap is admitted.
+//   - Scope (8). A review the webhook's watches cannot answer is "could not verify", never "read by
+//     no one" or "owner trusted": ScopedReaders refuses a ConfigMap outside the watched namespaces,
+//     an owner or a scaled StatefulSet the watches do not hold is unknown, and cmd/webhook compares
+//     its configuration's namespaceSelector with --guarded-namespaces at start-up (a log line) and
+//     in readiness (not ready on a mismatch).
+//   - Liveness (9). With the Lease watch on, the order check judges a Lease live when the webhook's
+//     watch saw it renew (its renewTime change, or its creation while watched) within its
+//     leaseDurationSeconds on the webhook's own monotonic clock (JudgeRenewalsBy), so clock offsets
+//     between nodes neither refuse a live election nor admit a dead one; a Lease not seen renewing
+//     since the webhook started (or one read by GET, not yet in the watch) is not live: retry.
 //
 // Against an adversary: one review's work is bounded whatever the object says (Policy.MaxShards,
 // MaxConfigMaps, a per-review Budget for resolving environments; above them a too_complex
@@ -24,12 +72,12 @@
 // up on a client sending slower than 32 KiB/s and bounds the reviews judged at once, a review
 // reads only the ConfigMap keys its containers can make matter within a per-review and
 // per-process byte budget, the request's deadline is honoured, and a panic is recovered into an
-// answer. An owner exempts an object from the order
-// check only along the chains whose template the guard judged (Deployment→ReplicaSet,
-// CronJob→Job, workload→Pod), and only if it exists (Owners). A ConfigMap whose content may arm
-// a reader is judged as each reader (ConfigMapReaders, from a watch) would be armed by it.
+// answer. An owner exempts an object from the order check only along the chains whose template
+// the guard judged (PodSource.ExemptBy), and only if it exists (Owners). A ConfigMap whose content
+// may arm a reader is judged as each reader (ConfigMapReaders, from a watch) would be armed by it.
 //
 // "Armed" needs the container's effective environment, which ResolveEnv builds exactly as the
 // kubelet does. A value the guard cannot know (a Secret, a missing ConfigMap, a field decided at
-// run time) counts as armed: the guard errs on the side of asking for the requirements.
+// run time) counts as armed: the guard errs on the side of asking for the requirements. Out of its
+// reach: ENV baked into the image, and pods made by controllers it does not know (custom resources).
 package webhook

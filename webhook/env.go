@@ -126,6 +126,10 @@ type PodContext struct {
 	// SetName is set for a StatefulSet's template: its pods are named <SetName>-<ordinal> and
 	// carry the pod-index and pod-name labels, so those fields are known per ordinal.
 	SetName string
+	// ControllerSet lists the label and annotation field paths the controller (kind SetBy) writes
+	// on every pod over the template's value (controllerSetKeys): never read from the template.
+	ControllerSet map[string]bool
+	SetBy         string
 }
 
 // PodMeta is the part of the pod's metadata a fieldRef can read.
@@ -260,17 +264,14 @@ func resolveEnv(c *corev1.Container, pod *PodContext, cms ConfigMapSource, budge
 		switch {
 		case from.ConfigMapRef != nil:
 			name := from.ConfigMapRef.Name
-			optional := from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional
 			fact, ok := cms(name)
 			switch {
 			case !ok:
 				e.addWild(i, from.Prefix, &Unknown{Pending: []string{name}})
 			case fact.Err != nil:
 				e.addWild(i, from.Prefix, &Unknown{Reasons: []string{"ConfigMap " + quote(name) + " could not be read: " + fact.Err.Error()}})
-			case fact.NotFound && optional:
-				// skipped by the kubelet
 			case fact.NotFound:
-				e.addWild(i, from.Prefix, &Unknown{Reasons: []string{"ConfigMap " + quote(name) + " does not exist (the kubelet will not start the container until it does)"}})
+				// Arms nothing now (see resolveValueFrom).
 			default:
 				for k, v := range fact.Data {
 					if !budget.spend(len(from.Prefix) + len(k)) {
@@ -328,6 +329,14 @@ func (e *Env) addWild(order int, prefix string, why *Unknown) {
 	w.order = order
 }
 
+// resolveValueFrom resolves one env entry's valueFrom.
+//
+// A ConfigMap, or a ConfigMap key, that does not exist arms nothing now (issue 17, class 5; the same
+// for envFrom). Optional, the kubelet skips it; not optional, the kubelet starts no container that
+// needs it (CreateContainerConfigError) until it exists, so nothing runs with a value from it — and
+// the ConfigMap create or update that brings it is itself reviewed and judged for every reader
+// (handleConfigMap), order check included. A GitOps sync that applies the workload before its
+// ConfigMap is therefore not refused, and cannot arm anything unseen.
 func resolveValueFrom(ev *corev1.EnvVar, pod *PodContext, cms ConfigMapSource) (Value, bool) {
 	src := ev.ValueFrom
 	switch {
@@ -338,27 +347,19 @@ func resolveValueFrom(ev *corev1.EnvVar, pod *PodContext, cms ConfigMapSource) (
 		return unknown("resourceFieldRef " + quote(src.ResourceFieldRef.Resource) + " (decided by the node)"), true
 	case src.ConfigMapKeyRef != nil:
 		ref := src.ConfigMapKeyRef
-		optional := ref.Optional != nil && *ref.Optional
 		fact, ok := cms(ref.Name)
 		switch {
 		case !ok:
 			return Value{Unknown: &Unknown{Pending: []string{ref.Name}}}, true
 		case fact.Err != nil:
 			return unknown("ConfigMap " + quote(ref.Name) + " could not be read: " + fact.Err.Error()), true
-		case fact.NotFound && optional:
-			return Value{}, false
 		case fact.NotFound:
-			return unknown("ConfigMap " + quote(ref.Name) + " does not exist (the kubelet will not start the container until it does)"), true
-		}
-		v, found := fact.Data[ref.Key]
-		switch {
-		case found:
-			return Value{Text: v}, true
-		case optional:
 			return Value{}, false
-		default:
-			return unknown("key " + quote(ref.Key) + " is missing from ConfigMap " + quote(ref.Name) + " (the kubelet will not start the container until it is there)"), true
 		}
+		if v, found := fact.Data[ref.Key]; found {
+			return Value{Text: v}, true
+		}
+		return Value{}, false
 	case src.SecretKeyRef != nil:
 		return unknown("Secret " + quote(src.SecretKeyRef.Name) + " key " + quote(src.SecretKeyRef.Key) + " (the guard does not read Secrets)"), true
 	default:
@@ -399,6 +400,9 @@ func fieldRefValue(ref *corev1.ObjectFieldSelector, pod *PodContext) Value {
 			case labelPodName:
 				return Value{Text: pod.SetName + "-" + ordinalMark, PerOrdinal: true}
 			}
+		}
+		if pod.Template && pod.ControllerSet[base+"['"+key+"']"] {
+			return unknown("fieldRef " + quote(ref.FieldPath) + " (set by the " + pod.SetBy + " controller on each pod, over the template's value)")
 		}
 		if v, ok := m[key]; ok {
 			return Value{Text: v}

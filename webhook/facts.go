@@ -61,6 +61,11 @@ type LeaseFact struct {
 	Spec     coordinationv1.LeaseSpec
 	NotFound bool
 	Err      error
+	// Observed is true when the Lease's liveness is judged on this process's own clock (a
+	// RenewalClock): Renewed is when the webhook's watch last saw its renewTime change, zero when
+	// it has not seen it renew since it started watching.
+	Observed bool
+	Renewed  time.Time
 }
 
 // Query lists lookups the policy still needs. The zero Query needs nothing.

@@ -369,9 +369,9 @@ var fuzzSubjects = []fuzzSubject{
 		name: "a ConfigMap change that arms its reader",
 		seeds: func(t testing.TB) [][]byte {
 			return [][]byte{
-				configMapReview(t, admissionv1.Create, map[string]string{"fencing": "enforce"}, nil),
-				configMapReview(t, admissionv1.Update, map[string]string{"fencing": " Enforce"}, map[string]string{"fencing": "shadow"}),
-				configMapReview(t, admissionv1.Update, map[string]string{"fencing": "shadow"}, map[string]string{"fencing": "enforce"}),
+				fuzzConfigMapReview(t, admissionv1.Create, map[string]string{"fencing": "enforce"}, nil),
+				fuzzConfigMapReview(t, admissionv1.Update, map[string]string{"fencing": " Enforce"}, map[string]string{"fencing": "shadow"}),
+				fuzzConfigMapReview(t, admissionv1.Update, map[string]string{"fencing": "shadow"}, map[string]string{"fencing": "enforce"}),
 			}
 		},
 		mustRefuse: configMapArmsReader,
@@ -389,7 +389,7 @@ func fuzzReaders(t testing.TB) webhook.ConfigMapReaders {
 	return webhook.IndexReaders{idx}
 }
 
-func configMapReview(t testing.TB, op admissionv1.Operation, data, old map[string]string) []byte {
+func fuzzConfigMapReview(t testing.TB, op admissionv1.Operation, data, old map[string]string) []byte {
 	cm := func(d map[string]string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: ns}, Data: d}
 	}

@@ -44,6 +44,9 @@ type Handler struct {
 	// Owners verifies the Deployment or CronJob a ReplicaSet or Job names as its controller
 	// before that exempts it from the order check; nil: owners are trusted as named.
 	Owners Owners
+	// Workloads finds a StatefulSet whose scale subresource is under review; nil: scale-ups
+	// cannot be verified and are refused.
+	Workloads Workloads
 	// MaxInFlight bounds the reviews one process works on at once (NewHTTPHandler); a review
 	// that finds no slot before its deadline gets HTTP 429, which the API server treats as a
 	// webhook failure (workloads fail closed, Pods fail open). 0 means DefaultMaxInFlight.
@@ -55,10 +58,6 @@ type Handler struct {
 
 // DefaultMaxInFlight is the reviews one webhook process works on at once by default.
 const DefaultMaxInFlight = 32
-
-// maxReaders bounds the readers of one ConfigMap the guard judges in one review; above it the
-// change is refused as too complex to judge.
-const maxReaders = 32
 
 var _ admission.Handler = (*Handler)(nil)
 
@@ -115,10 +114,14 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	case req.UID == "" && req.Kind.Kind == "":
 		return malformed(errors.New("no request (want an admission.k8s.io/v1 AdmissionReview with .request set)"))
 	case gvk == gvkConfigMap && h.Readers != nil && req.SubResource == "" &&
-		(req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
+		(req.Operation == admissionv1.Create || req.Operation == admissionv1.Update || req.Operation == admissionv1.Delete):
 		return h.handleConfigMap(ctx, req, log, start)
+	case isStatefulSetScale(req):
+		return h.handleScale(ctx, req, log, start)
 	case !Known(gvk):
 		return allow(ReasonNoOpinion, "the guard does not judge "+gvk.String())
+	case gvk == gvkPod && req.SubResource == subresourceEphemeral && req.Operation == admissionv1.Update:
+		// Containers added to a running Pod: judged like any arming, and failing closed.
 	case req.SubResource != "":
 		return allow(ReasonNoOpinion, "subresource "+req.SubResource+" cannot change a pod template")
 	case req.Operation != admissionv1.Create && req.Operation != admissionv1.Update:
@@ -132,7 +135,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		return malformed(fmt.Errorf("object: %w", err))
 	}
 	h.verifyOwner(obj)
-	in := Input{Operation: req.Operation, Object: obj, Budget: NewBudget(h.WorkBudget)}
+	in := Input{Operation: req.Operation, Object: obj, Subresource: req.SubResource, Budget: NewBudget(h.WorkBudget)}
 	if req.Operation == admissionv1.Update {
 		old, err := DecodeWorkload(gvk, req.Namespace, req.OldObject.Raw)
 		if err != nil {
@@ -172,16 +175,20 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
 }
 
-// verifyOwner withdraws the exemption of a ReplicaSet or Job whose controller is not found, with
-// that UID, among the watched Deployments or CronJobs: it is then judged like any other object.
+// verifyOwner withdraws the exemption of a ReplicaSet or Job unless its controller, fetched from
+// the watches, is the owner it names and has its pod template (exemptionHolds).
 func (h *Handler) verifyOwner(w *Workload) {
-	if h.Owners == nil || !w.Exempt || w.ControllerRef == nil || w.Kind == gvkPod.Kind {
+	if !w.Exempt || w.ControllerRef == nil || w.Kind == gvkPod.Kind {
 		return
 	}
-	ref := w.ControllerRef
-	if exists, known := h.Owners.OwnerExists(ref.Kind, w.Namespace, ref.Name, ref.UID); known && !exists {
+	var owner *Workload
+	found, known := false, false
+	if h.Owners != nil {
+		owner, found, known = h.Owners.Owner(w.Namespace, *w.ControllerRef)
+	}
+	if ok, why := exemptionHolds(w, owner, found, known); !ok {
 		w.Exempt = false
-		w.Controller += " (not found with uid " + string(ref.UID) + ")"
+		w.Controller += " (" + why + ")"
 	}
 }
 
@@ -224,77 +231,6 @@ func (h *Handler) decide(ctx context.Context, in Input) (Decision, int) {
 	ctx, cancel := h.deadline(ctx)
 	defer cancel()
 	return Evaluate(ctx, h.Resolver, in, h.Policy, h.now())
-}
-
-// handleConfigMap judges a ConfigMap being created or updated as each guarded workload that reads
-// it would see it: a change that arms a reader (its fencing value becomes enforce, from anything
-// else) must meet everything arming the workload itself must meet, order check included. The
-// readers come from a watch-fed index; their other ConfigMaps are looked up as usual.
-func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, log logr.Logger, start time.Time) admission.Response {
-	kind := gvkConfigMap.Kind
-	newCM, err := decodeConfigMap(req.Object.Raw)
-	if err != nil {
-		h.Metrics.observe(kind, false, ReasonMalformed, time.Since(start))
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed ConfigMap: %w", err))
-	}
-	change := &ConfigMapChange{Name: req.Name, New: ConfigMapFact{Data: newCM.Data}, Old: ConfigMapFact{NotFound: true}}
-	if change.Name == "" {
-		change.Name = newCM.Name
-	}
-	if req.Operation == admissionv1.Update {
-		if oldCM, err := decodeConfigMap(req.OldObject.Raw); err == nil {
-			change.Old = ConfigMapFact{Data: oldCM.Data}
-		} else {
-			log.Info("old ConfigMap unreadable; judging the update as if it had not existed", "error", err.Error())
-		}
-	}
-	readers, err := h.Readers.ReadersOf(req.Namespace, change.Name)
-	if err != nil {
-		h.Metrics.observe(kind, false, ReasonCouldNotVerify, time.Since(start))
-		return admission.Denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
-	}
-	ctx, cancel := h.deadline(ctx)
-	defer cancel()
-	var denials []Decision
-	var warnings []string
-	judged, lookups := 0, 0
-	for _, w := range readers {
-		if ctx.Err() != nil {
-			denials = append(denials, Decision{Subject: "the remaining readers", Reason: ReasonCouldNotVerify,
-				Unmet: []Unmet{{Reason: ReasonCouldNotVerify, Problem: "the review's deadline passed before every reader was judged.", Fix: "retry."}}})
-			break
-		}
-		if judged == maxReaders {
-			denials = append(denials, Decision{Subject: fmt.Sprintf("ConfigMap %s/%s", req.Namespace, change.Name), Reason: ReasonTooComplex,
-				Unmet: []Unmet{{Reason: ReasonTooComplex, Problem: fmt.Sprintf("%d guarded workloads read it; the guard judges at most %d per change.", len(readers), maxReaders),
-					Fix: "set " + EnvFencing + " in the workloads' own env instead of in a ConfigMap shared by this many."}}})
-			break
-		}
-		judged++
-		load := newReviewLoad(start, w)
-		d, n := Evaluate(withReviewLoad(ctx, load), h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change, Budget: NewBudget(h.WorkBudget)}, h.Policy, h.now())
-		load.release()
-		lookups += n
-		warnings = append(warnings, d.Warnings...)
-		if !d.Allowed {
-			denials = append(denials, d)
-		}
-	}
-	log.Info("decision", "allowed", len(denials) == 0, "readers", len(readers), "judged", judged, "lookups", lookups, "tookMs", time.Since(start).Milliseconds())
-	warnings = append([]string{"the guard judged this ConfigMap for the StatefulSets, Deployments, DaemonSets, CronJobs and Jobs that read it; bare Pods and ReplicaSets reading it are not checked (README limits)."}, warnings...)
-	if len(warnings) > maxListed {
-		warnings = warnings[:maxListed]
-	}
-	if len(denials) == 0 {
-		h.Metrics.observe(kind, true, ReasonNoOpinion, time.Since(start))
-		return admission.Allowed("").WithWarnings(warnings...)
-	}
-	h.Metrics.observe(kind, false, denials[0].Reason, time.Since(start))
-	msg := denials[0].Message()
-	if len(denials) > 1 {
-		msg += fmt.Sprintf("\n(and %d more workload(s) reading ConfigMap %s/%s are refused likewise)", len(denials)-1, req.Namespace, change.Name)
-	}
-	return admission.Denied(msg).WithWarnings(warnings...)
 }
 
 // Evaluate gathers facts with r, round by round, until the policy needs nothing more, then

@@ -18,7 +18,13 @@ type Metrics struct {
 const KindOther = "other"
 
 // judgedKinds are the kind label values besides KindOther.
-var judgedKinds = []string{"Pod", "StatefulSet", "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob", "ConfigMap"}
+var judgedKinds = func() []string {
+	var out []string
+	for _, s := range PodSources {
+		out = append(out, s.GVK.Kind)
+	}
+	return append(out, gvkConfigMap.Kind)
+}()
 
 // NewMetrics registers the guard's series with reg:
 //

@@ -19,6 +19,7 @@ type Workload struct {
 	Kind      string // "Pod", "StatefulSet", "Deployment", "DaemonSet", "ReplicaSet", "Job", "CronJob"
 	Namespace string
 	Name      string
+	UID       string
 	// Pod describes the pod: for a Pod its own metadata and spec, for a workload its template.
 	Pod PodContext
 	// Replicas and OrdinalStart are set for a StatefulSet (replicas defaulted to 1 when unset):
@@ -38,48 +39,66 @@ type Workload struct {
 	Exempt bool
 	// Deleting is true once the object carries a deletionTimestamp.
 	Deleting bool
+	// Indexed is true for an Indexed Job (or a CronJob whose Jobs are): its controller gives each
+	// pod a completion index (runs.go).
+	Indexed bool
 }
 
-// Containers returns init containers first, then containers: all of them run with the pod's
-// ServiceAccount, and an init container can write with the fence as well as a main one.
+// Containers returns init containers first, then containers, then ephemeral containers: all of
+// them run with the pod's ServiceAccount, and any of them can write with the fence. They are the
+// containers as the pod will run them: an Indexed Job's carry the JOB_COMPLETION_INDEX variable its
+// controller adds (copies, then; the object itself is never changed).
 func (w *Workload) Containers() []*corev1.Container {
 	if w == nil || w.Pod.Spec == nil {
 		return nil
 	}
 	s := w.Pod.Spec
-	out := make([]*corev1.Container, 0, len(s.InitContainers)+len(s.Containers))
+	out := make([]*corev1.Container, 0, len(s.InitContainers)+len(s.Containers)+len(s.EphemeralContainers))
 	for i := range s.InitContainers {
 		out = append(out, &s.InitContainers[i])
 	}
 	for i := range s.Containers {
 		out = append(out, &s.Containers[i])
 	}
+	for i := range s.EphemeralContainers {
+		c := corev1.Container(s.EphemeralContainers[i].EphemeralContainerCommon)
+		out = append(out, &c)
+	}
+	if w.Indexed && w.Pod.Template {
+		for i, c := range out {
+			out[i] = withCompletionIndex(c)
+		}
+	}
 	return out
 }
 
-// Kinds the guard judges, by group/version/kind as the API server sends them (the webhook
-// configuration asks for v1, and matchPolicy Equivalent converts other versions to it).
-var (
-	gvkPod         = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
-	gvkStatefulSet = appsv1.SchemeGroupVersion.WithKind("StatefulSet")
-	gvkDeployment  = appsv1.SchemeGroupVersion.WithKind("Deployment")
-	gvkDaemonSet   = appsv1.SchemeGroupVersion.WithKind("DaemonSet")
-	gvkReplicaSet  = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
-	gvkJob         = batchv1.SchemeGroupVersion.WithKind("Job")
-	gvkCronJob     = batchv1.SchemeGroupVersion.WithKind("CronJob")
-	gvkConfigMap   = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
-)
-
-// ErrUnknownKind is returned by DecodeWorkload for a kind the guard has no opinion on.
-var ErrUnknownKind = errors.New("kind not judged by this guard")
-
-// Known reports whether gvk is a kind the guard judges.
-func Known(gvk schema.GroupVersionKind) bool {
-	switch gvk {
-	case gvkPod, gvkStatefulSet, gvkDeployment, gvkDaemonSet, gvkReplicaSet, gvkJob, gvkCronJob:
-		return true
+// containerRole names what the i-th of Containers() is, for messages.
+func (w *Workload) containerRole(i int) string {
+	s := w.Pod.Spec
+	switch {
+	case s == nil:
+		return "container"
+	case i < len(s.InitContainers):
+		return "init container"
+	case i < len(s.InitContainers)+len(s.Containers):
+		return "container"
+	default:
+		return "ephemeral container"
 	}
-	return false
+}
+
+// withCompletionIndex is c as the Job controller runs it in an Indexed Job (addCompletionIndexEnvVariable):
+// JOB_COMPLETION_INDEX appended as a fieldRef to the completion index, unless c defines it.
+func withCompletionIndex(c *corev1.Container) *corev1.Container {
+	for _, e := range c.Env {
+		if e.Name == envJobCompletionIndex {
+			return c
+		}
+	}
+	cp := *c
+	cp.Env = append(append([]corev1.EnvVar(nil), c.Env...), corev1.EnvVar{Name: envJobCompletionIndex,
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + labelJobCompletionIndex + "']"}}})
+	return &cp
 }
 
 // DecodeWorkload decodes raw JSON of the given kind. namespace is the request's namespace (an
@@ -90,25 +109,11 @@ func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (
 	if len(raw) == 0 {
 		return nil, errors.New("no object in the request")
 	}
-	var obj runtime.Object
-	switch gvk {
-	case gvkPod:
-		obj = &corev1.Pod{}
-	case gvkStatefulSet:
-		obj = &appsv1.StatefulSet{}
-	case gvkDeployment:
-		obj = &appsv1.Deployment{}
-	case gvkDaemonSet:
-		obj = &appsv1.DaemonSet{}
-	case gvkReplicaSet:
-		obj = &appsv1.ReplicaSet{}
-	case gvkJob:
-		obj = &batchv1.Job{}
-	case gvkCronJob:
-		obj = &batchv1.CronJob{}
-	default:
+	src, ok := sourceOf(gvk)
+	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownKind, gvk)
 	}
+	obj := src.New()
 	if err := decodeInto(raw, obj, gvk); err != nil {
 		return nil, err
 	}
@@ -119,17 +124,17 @@ func DecodeWorkload(gvk schema.GroupVersionKind, namespace string, raw []byte) (
 // namespace is used when the object carries none.
 func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 	w := &Workload{Namespace: namespace}
-	var meta *metav1.ObjectMeta
-	var tmpl *corev1.PodTemplateSpec
-	var gvk schema.GroupVersionKind
+	src, meta, tmpl, ok := sourceOfObject(obj)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrUnknownKind, obj)
+	}
+	gvk := src.GVK
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		gvk, meta = gvkPod, &o.ObjectMeta
 		w.Pod = PodContext{Template: false, Spec: &o.Spec, Meta: PodMeta{
 			Name: o.Name, UID: string(o.UID), Labels: o.Labels, Annotations: o.Annotations,
 		}}
 	case *appsv1.StatefulSet:
-		gvk, meta, tmpl = gvkStatefulSet, &o.ObjectMeta, &o.Spec.Template
 		w.Replicas = 1
 		if o.Spec.Replicas != nil {
 			w.Replicas = *o.Spec.Replicas
@@ -138,24 +143,17 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 			w.OrdinalStart = o.Spec.Ordinals.Start
 		}
 		w.ServiceName = o.Spec.ServiceName
-	case *appsv1.Deployment:
-		gvk, meta, tmpl = gvkDeployment, &o.ObjectMeta, &o.Spec.Template
-	case *appsv1.DaemonSet:
-		gvk, meta, tmpl = gvkDaemonSet, &o.ObjectMeta, &o.Spec.Template
-	case *appsv1.ReplicaSet:
-		gvk, meta, tmpl = gvkReplicaSet, &o.ObjectMeta, &o.Spec.Template
 	case *batchv1.Job:
-		gvk, meta, tmpl = gvkJob, &o.ObjectMeta, &o.Spec.Template
+		w.Indexed = o.Spec.CompletionMode != nil && *o.Spec.CompletionMode == batchv1.IndexedCompletion
 	case *batchv1.CronJob:
-		gvk, meta, tmpl = gvkCronJob, &o.ObjectMeta, &o.Spec.JobTemplate.Spec.Template
-	default:
-		return nil, fmt.Errorf("%w: %T", ErrUnknownKind, obj)
+		m := o.Spec.JobTemplate.Spec.CompletionMode
+		w.Indexed = m != nil && *m == batchv1.IndexedCompletion
 	}
 	w.Kind = gvk.Kind
 	if w.Namespace == "" {
 		w.Namespace = meta.Namespace
 	}
-	w.Name = meta.Name
+	w.Name, w.UID = meta.Name, string(meta.UID)
 	if w.Name == "" {
 		w.Name = meta.GenerateName
 	}
@@ -172,6 +170,7 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 		if gvk == gvkStatefulSet {
 			w.Pod.SetName = meta.Name
 		}
+		w.Pod.ControllerSet, w.Pod.SetBy = controllerSetKeys(w), w.Kind
 	}
 	w.Pod.Namespace = w.Namespace
 	return w, nil
@@ -187,29 +186,6 @@ func decodeConfigMap(raw []byte) (*corev1.ConfigMap, error) {
 		return nil, err
 	}
 	return &cm, nil
-}
-
-// exemptingOwner reports whether a controller reference of an object of the given kind points to a
-// workload whose pod template the guard judged: the only chains along which a template is copied
-// unchanged by a controller.
-func exemptingOwner(kind string, ref *metav1.OwnerReference) bool {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return false
-	}
-	owner := gv.WithKind(ref.Kind)
-	switch kind {
-	case gvkReplicaSet.Kind:
-		return owner == gvkDeployment
-	case gvkJob.Kind:
-		return owner == gvkCronJob
-	case gvkPod.Kind:
-		switch owner {
-		case gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob:
-			return true
-		}
-	}
-	return false
 }
 
 // decodeInto decodes as the API server does: case-sensitive field names (sigs.k8s.io/json), so

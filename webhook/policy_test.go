@@ -136,7 +136,8 @@ func TestPolicy(t *testing.T) {
 		// --- armed or not ---------------------------------------------------------------
 		{name: "today's writer: fencing off, nothing else", bare: true, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 		{name: "fencing shadow", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_FENCING", "shadow")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
-		{name: "fencing unset", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+		{name: "fencing unset: unarmed, and the image's ENV is said to be out of reach", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING")}, allowed: true, reason: webhook.ReasonUnarmed,
+			warn: []string{"if its image's ENV sets NOETL_EHDB_FENCING, the guard cannot see it"}, lookups: 0},
 		{name: "fencing 'enforced' is not enforce", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_FENCING", "enforced")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 		{name: "fencing enforce", allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
 		{name: "fencing ENFORCE", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_FENCING", "ENFORCE")}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
@@ -154,10 +155,10 @@ func TestPolicy(t *testing.T) {
 		{name: "fencing from a ConfigMap key: off costs one lookup", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false))},
 			cluster: func(r *wt.Resolver) { r.ConfigMaps = map[string]map[string]string{"flags": {"fencing": "off"}} },
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 1},
-		{name: "fencing from a missing ConfigMap is unknowable", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false)), unsetEnv("NOETL_EHDB_ELECTION")},
-			unmet: []webhook.Reason{webhook.ReasonElectionDisabled}, msg: []string{`ConfigMap \"flags\" does not exist`}, lookups: -1},
-		{name: "fencing from a missing optional ConfigMap is unset", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", true))},
+		{name: "fencing from a missing ConfigMap arms nothing now (its creation is reviewed)", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false)), unsetEnv("NOETL_EHDB_ELECTION")},
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 1},
+		{name: "fencing from a missing optional ConfigMap is unset", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", true))},
+			allowed: true, reason: webhook.ReasonUnarmed, warn: []string{"image's ENV"}, lookups: 1},
 		{name: "fencing from an unreadable ConfigMap is unknowable", sts: []func(*appsv1.StatefulSet){envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false)), unsetEnv("NOETL_EHDB_ELECTION")},
 			cluster: func(r *wt.Resolver) {
 				r.ConfigMapErr = map[string]error{"flags": errors.New("the server is currently unable to handle the request")}
@@ -177,7 +178,7 @@ func TestPolicy(t *testing.T) {
 			cluster: func(r *wt.Resolver) {
 				r.ConfigMaps = map[string]map[string]string{"flags": {"NOETL_EHDB_FENCING": "enforce"}}
 			},
-			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+			allowed: true, reason: webhook.ReasonUnarmed, warn: []string{"image's ENV"}, lookups: 0},
 		{name: "envFrom overridden by env", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_FENCING", "off"), envFrom(cmEnvFrom("flags", ""))},
 			cluster: func(r *wt.Resolver) {
 				r.ConfigMaps = map[string]map[string]string{"flags": {"NOETL_EHDB_FENCING": "enforce"}}
@@ -311,13 +312,13 @@ func TestPolicy(t *testing.T) {
 		{name: "garbage shard stops the election: refused even without the order check", policy: &webhook.Policy{},
 			sts:   []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "zero")},
 			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"not a shard number", "would not run"}, lookups: -1},
-		{name: "hostname as FQDN leaves the election without a shard", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.SetHostnameAsFQDN = ptr.To(true) }},
-			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"noetl-cmdbus-writer-0.noetl-cmdbus-writer-headless.noetl.svc"}, lookups: -1},
+		{name: "hostname as FQDN ends in the node's cluster domain: the shard cannot be told", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.SetHostnameAsFQDN = ptr.To(true) }},
+			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"setHostnameAsFQDN", "cluster domain"}, lookups: -1},
 		{name: "HOSTNAME set in the container", sts: []func(*appsv1.StatefulSet){wt.SetEnv("HOSTNAME", "writer-7")},
 			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, msg: []string{"(shard 7)"}, lookups: -1},
 		{name: "Deployment without a shard", input: func(t testing.TB) webhook.Input {
 			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkDep, deployment(sts(compliant()...)))}
-		}, unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"Deployment have no stable ordinal", "set NOETL_EHDB_ELECTION_SHARD"}, lookups: -1},
+		}, unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"pods of a Deployment are named by its controller", "set NOETL_EHDB_ELECTION_SHARD"}, lookups: -1},
 		{name: "Deployment with a shard", input: func(t testing.TB) webhook.Input {
 			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkDep, deployment(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...)))}
 		}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},

@@ -2,13 +2,11 @@ package webhook
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -20,13 +18,14 @@ type ConfigMapReaders interface {
 	ReadersOf(namespace, configMap string) ([]*Workload, error)
 }
 
-// Owners tells whether a workload the guard watches exists with a given UID. The guard asks it
+// Owners finds the controller an object names, as the webhook's watches hold it. The guard asks
 // before exempting a ReplicaSet or Job from the order check because its controller is a
-// Deployment or CronJob: a forged ownerReference must not buy the exemption.
+// Deployment or CronJob: the exemption holds only for the owner's own pod template (owners.go).
 type Owners interface {
-	// OwnerExists reports whether namespace/name of kind (a Deployment or CronJob) exists with
-	// uid; known is false when the kind is not watched there.
-	OwnerExists(kind, namespace, name string, uid types.UID) (exists, known bool)
+	// Owner returns the controller ref names in namespace. found is false when no such object
+	// exists with ref's UID; known is false when the webhook cannot tell (kind not watched, the
+	// lookup failed).
+	Owner(namespace string, ref metav1.OwnerReference) (owner *Workload, found, known bool)
 }
 
 // ConfigMapIndex is the name of the informer index IndexByConfigMap computes.
@@ -85,28 +84,19 @@ func (r IndexReaders) ReadersOf(namespace, configMap string) ([]*Workload, error
 	return out, nil
 }
 
-// ReaderKinds are the workload kinds whose readers the guard watches: every kind that owns a pod
-// template and is not itself (normally) made from another one's.
-var ReaderKinds = []runtime.Object{&appsv1.StatefulSet{}, &appsv1.Deployment{}, &appsv1.DaemonSet{}, &batchv1.CronJob{}, &batchv1.Job{}}
+// ScopedReaders answers ReadersOf only in the namespaces its watches cover (Namespaces; "" is
+// every namespace). A ConfigMap elsewhere is an error, so the review fails closed ("could not
+// tell which workloads read it") instead of finding it read by no one (issue 17, class 8: a process
+// whose watches cover fewer namespaces than its webhook configuration sends it).
+type ScopedReaders struct {
+	Readers    ConfigMapReaders
+	Namespaces []string
+}
 
-// StripForReaders is an informer transform that keeps only what judging a reader needs (metadata
-// without managed fields, the pod template, replicas and ordinals), so a cache of every workload
-// in the guarded namespaces stays small.
-func StripForReaders(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *appsv1.StatefulSet:
-		o.ManagedFields, o.Status = nil, appsv1.StatefulSetStatus{}
-		o.Spec.VolumeClaimTemplates = nil
-	case *appsv1.Deployment:
-		o.ManagedFields, o.Status = nil, appsv1.DeploymentStatus{}
-	case *appsv1.DaemonSet:
-		o.ManagedFields, o.Status = nil, appsv1.DaemonSetStatus{}
-	case *batchv1.CronJob:
-		o.ManagedFields, o.Status = nil, batchv1.CronJobStatus{}
-	case *batchv1.Job:
-		o.ManagedFields, o.Status = nil, batchv1.JobStatus{}
-	case *corev1.Pod:
-		o.ManagedFields, o.Status = nil, corev1.PodStatus{}
+// ReadersOf implements ConfigMapReaders.
+func (s ScopedReaders) ReadersOf(namespace, configMap string) ([]*Workload, error) {
+	if !slices.Contains(s.Namespaces, "") && !slices.Contains(s.Namespaces, namespace) {
+		return nil, fmt.Errorf("this webhook's watches cover %v, not namespace %s: its configuration sends it more than its --guarded-namespaces", s.Namespaces, namespace)
 	}
-	return obj, nil
+	return s.Readers.ReadersOf(namespace, configMap)
 }

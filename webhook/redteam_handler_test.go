@@ -12,8 +12,10 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -236,36 +238,99 @@ func TestHandlerRefusesAnnouncedOversizeBodies(t *testing.T) {
 	}
 }
 
-type fakeOwners map[string]types.UID // "Kind/ns/name" -> uid
-
-func (f fakeOwners) OwnerExists(kind, ns, name string, uid types.UID) (bool, bool) {
-	got, ok := f[kind+"/"+ns+"/"+name]
-	return ok && got == uid, true
+// fakeOwners holds controllers by "Kind/ns/name"; unknown lists kinds it cannot tell about.
+type fakeOwners struct {
+	owners  map[string]runtime.Object
+	unknown bool
 }
 
-// TestHandlerVerifiesTheExemptingOwner: a ReplicaSet whose controller Deployment does not exist
-// (with that UID) is order-checked like any other; a real one's ReplicaSet is exempt.
+func (f fakeOwners) Owner(ns string, ref metav1.OwnerReference) (*webhook.Workload, bool, bool) {
+	if f.unknown {
+		return nil, false, false
+	}
+	o, ok := f.owners[ref.Kind+"/"+ns+"/"+ref.Name]
+	if !ok {
+		return nil, false, true
+	}
+	w, err := webhook.WorkloadOf(o, ns)
+	if err != nil || types.UID(w.UID) != ref.UID {
+		return nil, false, true
+	}
+	return w, true, true
+}
+
+// TestHandlerVerifiesTheExemptingOwner: a ReplicaSet is exempt from the order check only when its
+// controller Deployment exists with that UID and has the same pod template (issue 17, class 2:
+// an armed ReplicaSet under a real, unarmed Deployment was admitted as "judged already"); a Job
+// likewise under its CronJob. An owner the webhook cannot fetch exempts nothing.
 func TestHandlerVerifiesTheExemptingOwner(t *testing.T) {
 	cluster := goodCluster()
 	clear(cluster.Leases)
-	h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true},
-		Owners: fakeOwners{"Deployment/" + ns + "/w": "real-uid"}}
-	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
-	t.Cleanup(srv.Close)
+	armedTemplate := deployment(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...)).Spec.Template
+	armedDeployment := &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns, UID: "real-uid"}, Spec: appsv1.DeploymentSpec{Template: *armedTemplate.DeepCopy()}}
+	unarmedDeployment := armedDeployment.DeepCopy()
+	unarmedDeployment.Name = "unarmed"
+	unarmedDeployment.Spec.Template = deployment(sts(wt.ServiceAccount(wt.WriterSA))).Spec.Template
+	cronTemplate := armedTemplate.DeepCopy()
+	cronTemplate.Spec.RestartPolicy = corev1.RestartPolicyNever
+	cron := &batchv1.CronJob{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
+		ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns, UID: "cron-uid"},
+		Spec:       batchv1.CronJobSpec{JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: *cronTemplate}}}}
+	owners := fakeOwners{owners: map[string]runtime.Object{"Deployment/" + ns + "/w": armedDeployment, "Deployment/" + ns + "/unarmed": unarmedDeployment, "CronJob/" + ns + "/c": cron}}
 	rsKind := metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}
-	rs := func(uid types.UID) *appsv1.ReplicaSet {
-		d := deployment(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...))
+	jobKind := metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}
+	rs := func(owner string, uid types.UID) *appsv1.ReplicaSet {
+		tpl := armedTemplate.DeepCopy()
+		tpl.Labels["pod-template-hash"] = "5d9c7b8f6" // what the Deployment controller adds
 		return &appsv1.ReplicaSet{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
-			ObjectMeta: metav1.ObjectMeta{Name: "w-abc", Namespace: ns, OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "apps/v1", Kind: "Deployment", Name: "w", UID: uid, Controller: ptr.To(true)}}},
-			Spec: appsv1.ReplicaSetSpec{Template: d.Spec.Template}}
+			ObjectMeta: metav1.ObjectMeta{Name: owner + "-5d9c7b8f6", Namespace: ns, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "Deployment", Name: owner, UID: uid, Controller: ptr.To(true)}}},
+			Spec: appsv1.ReplicaSetSpec{Template: *tpl}}
 	}
-	_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, rsKind, rs("real-uid"), nil))
-	if out.Response == nil || !out.Response.Allowed {
-		t.Fatalf("the ReplicaSet of a real Deployment: %s", raw)
+	cronJob := func(edit func(*corev1.PodTemplateSpec)) *batchv1.Job {
+		tpl := cronTemplate.DeepCopy()
+		tpl.Labels["batch.kubernetes.io/job-name"], tpl.Labels["job-name"] = "c-29000000", "c-29000000" // the Job's defaulting
+		tpl.Labels["batch.kubernetes.io/controller-uid"], tpl.Labels["controller-uid"] = "job-uid", "job-uid"
+		if edit != nil {
+			edit(tpl)
+		}
+		return &batchv1.Job{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+			ObjectMeta: metav1.ObjectMeta{Name: "c-29000000", Namespace: ns, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "batch/v1", Kind: "CronJob", Name: "c", UID: "cron-uid", Controller: ptr.To(true)}}},
+			Spec: batchv1.JobSpec{Template: *tpl}}
 	}
-	_, out, raw = post(t, srv.URL, "application/json", review(t, admissionv1.Create, rsKind, rs("forged-uid"), nil))
-	if out.Response == nil || out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "ehdb-shard-00000000 (shard 0) does not exist") {
-		t.Fatalf("a ReplicaSet naming a Deployment that does not exist: %s; want the order check", raw)
+	const orderChecked = "ehdb-shard-00000000 (shard 0) does not exist"
+	cases := []struct {
+		name    string
+		owners  webhook.Owners
+		kind    metav1.GroupVersionKind
+		obj     runtime.Object
+		allowed bool
+		msg     string
+	}{
+		{"the ReplicaSet of a real Deployment with its template", owners, rsKind, rs("w", "real-uid"), true, ""},
+		{"a ReplicaSet naming a Deployment that does not exist", owners, rsKind, rs("w", "forged-uid"), false, orderChecked},
+		{"an armed ReplicaSet under a real, unarmed Deployment (its true uid)", owners, rsKind, rs("unarmed", "real-uid"), false, orderChecked},
+		{"a ReplicaSet whose owner the webhook cannot fetch", fakeOwners{unknown: true}, rsKind, rs("w", "real-uid"), false, orderChecked},
+		{"a ReplicaSet with no owner source at all", nil, rsKind, rs("w", "real-uid"), false, orderChecked},
+		{"the Job of a real CronJob with its template", owners, jobKind, cronJob(nil), true, ""},
+		{"a Job whose template differs from its CronJob's", owners, jobKind, cronJob(func(p *corev1.PodTemplateSpec) {
+			p.Spec.Containers[0].Image = "evil:latest"
+		}), false, orderChecked},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: tc.owners}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, tc.kind, tc.obj, nil))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Fatalf("want the order check (%q): %s", tc.msg, raw)
+			}
+		})
 	}
 }

@@ -100,7 +100,7 @@ func TestPolicyRedTeam(t *testing.T) {
 			cluster: func(r *wt.Resolver) { clear(r.Leases) }, unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, warn: []string{"db.example.com/v1 Writer"}, lookups: -1},
 		{name: "a Job of a CronJob is not order-checked", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: func(t testing.TB) webhook.Input {
 			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, batchv1.SchemeGroupVersion.WithKind("Job"), job(sts(append(compliant(), withShard)...), "CronJob"))}
-		}, allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"order check skipped", "does not verify that the owner exists"}, lookups: -1},
+		}, allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"order check skipped", "has this pod template and was judged on it"}, lookups: -1},
 		{name: "a Job claiming a Deployment as controller is order-checked", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: func(t testing.TB) webhook.Input {
 			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, batchv1.SchemeGroupVersion.WithKind("Job"), job(sts(append(compliant(), withShard)...), "Deployment"))}
 		}, unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, warn: []string{"apps/v1 Deployment"}, lookups: -1},
@@ -176,8 +176,8 @@ func TestPolicyRedTeam(t *testing.T) {
 		{name: "a ConfigMap created with enforce for a reader that waited on it", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: cmChange("", "enforce", false),
 			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, lookups: -1},
 		{name: "a ConfigMap edit that arms a reader with its Lease live", input: cmChange("off", "enforce", true), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
-		{name: "a ConfigMap edit of a reader already enforcing", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: cmChange("enforce", " Enforce", true),
-			allowed: true, reason: webhook.ReasonNoOpinion, lookups: 0},
+		{name: "a ConfigMap edit of a reader already enforcing: judged, no shard added, no order check", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: cmChange("enforce", " Enforce", true),
+			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: 5},
 		{name: "a ConfigMap edit that disarms", cluster: func(r *wt.Resolver) { clear(r.Leases) }, input: cmChange("enforce", "shadow", true),
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 	}

@@ -39,6 +39,8 @@ type APIResolver struct {
 	leases coordinationlisters.LeaseLister
 	// cms reads ConfigMaps within the process's byte budget.
 	cms *configMapReader
+	// renewals judges Lease liveness on this process's clock when JudgeRenewalsBy is given.
+	renewals RenewalClock
 }
 
 // NewAPIResolver returns a resolver over c that keeps at most maxInFlight lookups of one Query
@@ -180,6 +182,15 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 		})
 	}
 	wg.Wait()
+	if r.renewals != nil {
+		for key, fact := range out.Leases {
+			if fact.Err == nil && !fact.NotFound {
+				fact.Observed = true
+				fact.Renewed, _ = r.renewals.LastRenewal(key.Namespace, key.Name)
+				out.Leases[key] = fact
+			}
+		}
+	}
 	return out
 }
 

@@ -101,7 +101,10 @@ func TestRBACMatrix(t *testing.T) {
 			{"watch", "apps", "statefulsets", other, "", true},
 			{"list", "batch", "cronjobs", other, "", true},
 			{"update", "apps", "statefulsets", other, "w", false},
-			{"get", "", "pods", other, "", false},
+			// Pods and ReplicaSets too: their containers re-read a ConfigMap at every start (issue 17).
+			{"watch", "", "pods", other, "", true},
+			{"list", "apps", "replicasets", other, "", true},
+			{"update", "", "pods", other, "p", false},
 			// Its own Secret, by name only.
 			{"get", "", "secrets", ns, tlsSecret, true},
 			{"list", "", "secrets", ns, tlsSecret, true},

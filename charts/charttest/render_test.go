@@ -204,8 +204,9 @@ func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
 	// What the guard reads, only where it guards (cluster-wide only with guardedNamespaces ["*"]).
 	reads := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"replicationcontrollers", "pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"cronjobs", "jobs"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	tlsVerbs := []string{"get", "list", "watch", "update", "patch"}
@@ -599,16 +600,27 @@ func TestWebhookConfiguration(t *testing.T) {
 			if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != tc.injectCAFrom {
 				t.Errorf("inject-ca-from = %q, want %q", got, tc.injectCAFrom)
 			}
-			if len(vwc.Webhooks) != 3 {
-				t.Fatalf("%d webhook entries, want 3", len(vwc.Webhooks))
+			if len(vwc.Webhooks) != 5 {
+				t.Fatalf("%d webhook entries, want 5", len(vwc.Webhooks))
 			}
-			workloads, pods, configMaps := vwc.Webhooks[0], vwc.Webhooks[1], vwc.Webhooks[2]
+			byName := map[string]admissionregistrationv1.ValidatingWebhook{}
+			for _, h := range vwc.Webhooks {
+				byName[strings.TrimSuffix(h.Name, ".ehdb-election.noetl.io")] = h
+			}
+			workloads, pods, configMaps := byName["workloads"], byName["pods"], byName["configmaps"]
+			for _, sub := range []struct{ name, resource string }{{"ephemeralcontainers", "pods/ephemeralcontainers"}, {"scale", "statefulsets/scale"}} {
+				h := byName[sub.name]
+				if len(h.Rules) != 1 || !slices.Equal(h.Rules[0].Resources, []string{sub.resource}) || !slices.Equal(h.Rules[0].Operations, []admissionregistrationv1.OperationType{"UPDATE"}) ||
+					*h.FailurePolicy != tc.workloads || len(h.MatchConditions) != 1 || !reflect.DeepEqual(h.NamespaceSelector, workloads.NamespaceSelector) {
+					t.Errorf("%s entry: %+v", sub.name, h)
+				}
+			}
 			wantCMRules := []admissionregistrationv1.RuleWithOperations{
-				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
+				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE", "DELETE"}, Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 			}
 			if configMaps.Name != "configmaps.ehdb-election.noetl.io" || !reflect.DeepEqual(configMaps.Rules, wantCMRules) || *configMaps.FailurePolicy != tc.workloads ||
-				len(configMaps.MatchConditions) != 1 || !reflect.DeepEqual(configMaps.NamespaceSelector, workloads.NamespaceSelector) {
+				len(configMaps.MatchConditions) != 0 || !reflect.DeepEqual(configMaps.NamespaceSelector, workloads.NamespaceSelector) {
 				t.Errorf("ConfigMap entry: %+v", configMaps)
 			}
 			wantWorkloadRules := []admissionregistrationv1.RuleWithOperations{
@@ -616,6 +628,8 @@ func TestWebhookConfiguration(t *testing.T) {
 					APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{"batch"}, APIVersions: []string{"v1"}, Resources: []string{"jobs", "cronjobs"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"replicationcontrollers"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 			}
 			if !reflect.DeepEqual(workloads.Rules, wantWorkloadRules) {
 				t.Errorf("workload rules:\n got %+v\nwant %+v", workloads.Rules, wantWorkloadRules)

@@ -11,18 +11,17 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
@@ -163,45 +162,40 @@ func leaseClient(cs kubernetes.Interface) kindClient {
 		}}
 }
 
-// readerClients are the workload kinds whose pod templates may read a ConfigMap (webhook.ReaderKinds).
+// readerClients are the workload kinds whose pod templates may read a ConfigMap: the rows of
+// webhook.PodSources marked Reader, listed and watched through their group's REST client, so a
+// kind added to the table is watched without another edit here.
 func readerClients(cs kubernetes.Interface) []kindClient {
-	return []kindClient{
-		{"statefulsets", &appsv1.StatefulSet{},
+	var out []kindClient
+	for _, src := range webhook.PodSources {
+		if !src.Reader {
+			continue
+		}
+		rc := restClientFor(cs, src.GVK.Group)
+		resource := src.Resource
+		out = append(out, kindClient{resource, src.New(),
 			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.AppsV1().StatefulSets(ns).List(ctx, o)
+				return rc.Get().Namespace(ns).Resource(resource).VersionedParams(&o, scheme.ParameterCodec).Do(ctx).Get()
 			},
 			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.AppsV1().StatefulSets(ns).Watch(ctx, o)
-			}},
-		{"deployments", &appsv1.Deployment{},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.AppsV1().Deployments(ns).List(ctx, o)
-			},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.AppsV1().Deployments(ns).Watch(ctx, o)
-			}},
-		{"daemonsets", &appsv1.DaemonSet{},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.AppsV1().DaemonSets(ns).List(ctx, o)
-			},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.AppsV1().DaemonSets(ns).Watch(ctx, o)
-			}},
-		{"cronjobs", &batchv1.CronJob{},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.BatchV1().CronJobs(ns).List(ctx, o)
-			},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.BatchV1().CronJobs(ns).Watch(ctx, o)
-			}},
-		{"jobs", &batchv1.Job{},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
-				return cs.BatchV1().Jobs(ns).List(ctx, o)
-			},
-			func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-				return cs.BatchV1().Jobs(ns).Watch(ctx, o)
-			}},
+				o.Watch = true
+				return rc.Get().Namespace(ns).Resource(resource).VersionedParams(&o, scheme.ParameterCodec).Watch(ctx)
+			}})
 	}
+	return out
+}
+
+// restClientFor is the typed clientset's REST client of an API group the pod sources live in.
+func restClientFor(cs kubernetes.Interface, group string) rest.Interface {
+	switch group {
+	case "apps":
+		return cs.AppsV1().RESTClient()
+	case "batch":
+		return cs.BatchV1().RESTClient()
+	case "":
+		return cs.CoreV1().RESTClient()
+	}
+	panic("webhook.PodSources names group " + group + ", which readerClients has no client for")
 }
 
 // newWatched builds an informer of k in ns whose every list and watch call reports to its health.
@@ -259,18 +253,36 @@ func guardedScopes(namespaces []string) []string {
 type watches struct {
 	all     []*watched
 	leases  map[string]*watched
-	readers webhook.IndexReaders
+	readers webhook.ScopedReaders
 	// byKind: resource ("deployments") -> scope ("" = all namespaces) -> informer.
 	byKind map[string]map[string]*watched
 	cs     kubernetes.Interface
+	// scope compares the webhook configuration's namespaces with the watches (checkScope).
+	scope *scopeCheck
+	log   logr.Logger
+	// renewedAt is when this process saw each Lease ("ns/name") renew (LastRenewal).
+	renewMu   sync.Mutex
+	renewedAt map[string]time.Time
 }
 
 func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, log logr.Logger) (*watches, error) {
-	w := &watches{leases: map[string]*watched{}, byKind: map[string]map[string]*watched{}, cs: cs}
+	w := &watches{leases: map[string]*watched{}, byKind: map[string]map[string]*watched{}, cs: cs, log: log, renewedAt: map[string]time.Time{}}
+	w.readers.Namespaces, w.readers.Readers = guardedScopes(namespaces), webhook.IndexReaders(nil)
 	for _, ns := range guardedScopes(namespaces) {
 		if withLeases {
 			l, err := newWatched(leaseClient(cs), ns, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}, cache.TransformStripManagedFields(), log)
 			if err != nil {
+				return nil, err
+			}
+			if _, err := l.informer.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+				AddFunc: func(obj any, initial bool) {
+					if !initial { // created while watched: its acquisition is a renewal seen
+						w.noteRenewal(nil, obj)
+					}
+				},
+				UpdateFunc: w.noteRenewal,
+				DeleteFunc: w.forgetRenewal,
+			}); err != nil {
 				return nil, err
 			}
 			w.leases[ns] = l
@@ -281,7 +293,8 @@ func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, l
 			if err != nil {
 				return nil, err
 			}
-			w.readers = append(w.readers, r.informer.GetIndexer())
+			idx, _ := w.readers.Readers.(webhook.IndexReaders)
+			w.readers.Readers = append(idx, r.informer.GetIndexer())
 			w.all = append(w.all, r)
 			if w.byKind[k.name] == nil {
 				w.byKind[k.name] = map[string]*watched{}
@@ -294,6 +307,7 @@ func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, l
 
 // run starts every informer and stops them when ctx is done.
 func (w *watches) run(ctx context.Context) error {
+	w.logScope(ctx)
 	var wg sync.WaitGroup
 	for _, x := range w.all {
 		wg.Add(1)
@@ -315,6 +329,11 @@ func (w *watches) ready(*http.Request) error {
 			problems = append(problems, err.Error())
 		}
 	}
+	if w.scope != nil {
+		if err := w.scope.check(context.Background()); err != nil && !errors.As(err, new(*unreadableScope)) {
+			problems = append(problems, err.Error())
+		}
+	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
 		return errors.New(strings.Join(problems, "; "))
@@ -324,47 +343,37 @@ func (w *watches) ready(*http.Request) error {
 
 var _ webhook.Owners = (*watches)(nil)
 
-// OwnerExists implements webhook.Owners from the Deployment and CronJob watches, falling back to
-// a GET when the watch has not seen the object (it may have been created a moment ago, and its
-// controller is already creating the ReplicaSet or Job). Anything it cannot tell is unknown.
-func (w *watches) OwnerExists(kind, namespace, name string, uid types.UID) (bool, bool) {
-	var resource string
-	switch kind {
-	case "Deployment":
-		resource = "deployments"
-	case "CronJob":
-		resource = "cronjobs"
-	default:
-		return false, false
+// Owner implements webhook.Owners from the reader watches (Deployments and CronJobs among them),
+// falling back to a GET when the watch has not seen the object (it may have been created a moment
+// ago, and its controller is already creating the ReplicaSet or Job). Anything it cannot tell is
+// unknown, and an unknown owner exempts nothing.
+func (w *watches) Owner(namespace string, ref metav1.OwnerReference) (*webhook.Workload, bool, bool) {
+	src, ok := webhook.SourceOfKind(ref.Kind)
+	if !ok || !src.Reader {
+		return nil, false, false
 	}
-	scopes := w.byKind[resource]
-	x, ok := scopes[namespace]
-	if !ok {
-		if x, ok = scopes[""]; !ok {
-			return false, false
+	wl, found, known := w.Workload(src.Resource, namespace, ref.Name)
+	if !known {
+		return nil, false, false
+	}
+	if !found {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		obj, err := restClientFor(w.cs, src.GVK.Group).Get().Namespace(namespace).Resource(src.Resource).Name(ref.Name).Do(ctx).Get()
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, false, true
+		case err != nil:
+			return nil, false, false
+		}
+		if wl, err = webhook.WorkloadOf(obj, namespace); err != nil {
+			return nil, false, false
 		}
 	}
-	if obj, found, err := x.informer.GetStore().GetByKey(namespace + "/" + name); err == nil && found {
-		if m, err := meta.Accessor(obj); err == nil {
-			return m.GetUID() == uid, true
-		}
+	if types.UID(wl.UID) != ref.UID {
+		return nil, false, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	var got metav1.Object
-	var err error
-	if resource == "deployments" {
-		got, err = w.cs.AppsV1().Deployments(namespace).Get(ctx, name, metav1.GetOptions{})
-	} else {
-		got, err = w.cs.BatchV1().CronJobs(namespace).Get(ctx, name, metav1.GetOptions{})
-	}
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, true
-	case err != nil:
-		return false, false
-	}
-	return got.GetUID() == uid, true
+	return wl, true, true
 }
 
 // leaseLister answers the resolver's Lease reads from the namespace's informer. A namespace not
@@ -407,4 +416,67 @@ type notWatched struct{}
 func (notWatched) List(labels.Selector) ([]*coordinationv1.Lease, error) { return nil, nil }
 func (notWatched) Get(name string) (*coordinationv1.Lease, error) {
 	return nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), name)
+}
+
+var _ webhook.Workloads = (*watches)(nil)
+
+// Workload implements webhook.Workloads from the reader watches: the object as the watch last saw
+// it. known is false when the kind is not watched in that namespace.
+func (w *watches) Workload(resource, namespace, name string) (*webhook.Workload, bool, bool) {
+	scopes := w.byKind[resource]
+	x, ok := scopes[namespace]
+	if !ok {
+		if x, ok = scopes[""]; !ok {
+			return nil, false, false
+		}
+	}
+	obj, found, err := x.informer.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !found {
+		return nil, false, err == nil
+	}
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return nil, false, false
+	}
+	wl, err := webhook.WorkloadOf(ro.DeepCopyObject(), namespace)
+	if err != nil {
+		return nil, false, false
+	}
+	return wl, true, true
+}
+
+var _ webhook.RenewalClock = (*watches)(nil)
+
+// noteRenewal records, on this process's clock, a Lease update whose renewTime changed (the
+// holder renewed), or a Lease created while watched (its acquisition). The initial list is no
+// renewal: a Lease whose holder died an hour ago looks the same then.
+func (w *watches) noteRenewal(oldObj, newObj any) {
+	o, _ := oldObj.(*coordinationv1.Lease)
+	n, ok := newObj.(*coordinationv1.Lease)
+	if !ok || n.Spec.RenewTime == nil || (o != nil && o.Spec.RenewTime != nil && o.Spec.RenewTime.Equal(n.Spec.RenewTime)) {
+		return
+	}
+	w.renewMu.Lock()
+	defer w.renewMu.Unlock()
+	w.renewedAt[n.Namespace+"/"+n.Name] = time.Now()
+}
+
+// forgetRenewal drops a deleted Lease's record, so the map holds only Leases that exist.
+func (w *watches) forgetRenewal(obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		w.renewMu.Lock()
+		defer w.renewMu.Unlock()
+		delete(w.renewedAt, l.Namespace+"/"+l.Name)
+	}
+}
+
+// LastRenewal implements webhook.RenewalClock.
+func (w *watches) LastRenewal(namespace, name string) (time.Time, bool) {
+	w.renewMu.Lock()
+	defer w.renewMu.Unlock()
+	at, ok := w.renewedAt[namespace+"/"+name]
+	return at, ok
 }

@@ -93,6 +93,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	if err != nil {
 		return err
 	}
+	w.checkScope(o.webhookConfigName, o.guardedNamespaces)
 	if err := mgr.Add(manager.RunnableFunc(w.run)); err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		return err
 	}
 	if o.watchLeases {
-		resolverOpts = append(resolverOpts, webhook.ReadLeasesFrom(leaseLister{w}))
+		resolverOpts = append(resolverOpts, webhook.ReadLeasesFrom(leaseLister{w}), webhook.JudgeRenewalsBy(w))
 	}
 	handler := &webhook.Handler{
 		Resolver:    webhook.NewAPIResolver(cs, 0, resolverOpts...),
@@ -109,6 +110,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		Log:         log.WithName("guard"),
 		Readers:     w.readers,
 		Owners:      w,
+		Workloads:   w,
 		MaxInFlight: o.maxInFlight,
 	}
 	mux := http.NewServeMux()

@@ -131,6 +131,9 @@ type Resolver struct {
 	EvaluationError string
 	Leases          map[types.NamespacedName]coordinationv1.LeaseSpec
 	LeaseErr        error
+	// Renewals, when not nil, is a renewal clock (webhook.LeaseFact.Observed): when this process
+	// saw each Lease's renewTime change; a Lease absent from it was never seen renewing.
+	Renewals map[types.NamespacedName]time.Time
 
 	mu      sync.Mutex
 	Queries []webhook.Query
@@ -216,6 +219,11 @@ func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
 			f.Leases[k] = webhook.LeaseFact{Err: r.LeaseErr}
 		case ok:
 			f.Leases[k] = webhook.LeaseFact{Spec: spec}
+			if r.Renewals != nil {
+				fact := f.Leases[k]
+				fact.Observed, fact.Renewed = true, r.Renewals[k]
+				f.Leases[k] = fact
+			}
 		default:
 			f.Leases[k] = webhook.LeaseFact{NotFound: true}
 		}

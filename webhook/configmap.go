@@ -1,0 +1,145 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// maxReaders bounds the readers of one ConfigMap the guard judges in one review; above it the
+// change is refused as too complex to judge.
+const maxReaders = 32
+
+// handleConfigMap judges a ConfigMap being created, updated or deleted as each guarded object that
+// reads it will run after the change (issue 17, class 1): the kubelet resolves the environment at
+// every container start, so the change bites at the next restart with no new Pod at all. Each
+// reader is judged as an UPDATE from itself with the old content to itself with the new one: a
+// change that arms it is a transition (everything arming the object itself must meet, order check
+// included); a change to an armed reader must leave it meeting the requirements (an election turned
+// off is refused with the removal order), and a shard it moves to faces the order check. The
+// readers come from a watch-fed index of every kind in PodSources; a reader whose controller is a
+// reader of the same review with the same template is judged through that controller.
+func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, log logr.Logger, start time.Time) admission.Response {
+	kind := gvkConfigMap.Kind
+	change := &ConfigMapChange{Name: req.Name, New: ConfigMapFact{NotFound: true}, Old: ConfigMapFact{NotFound: true}}
+	if req.Operation != admissionv1.Delete {
+		newCM, err := decodeConfigMap(req.Object.Raw)
+		if err != nil {
+			h.Metrics.observe(kind, false, ReasonMalformed, time.Since(start))
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed ConfigMap: %w", err))
+		}
+		change.New = ConfigMapFact{Data: newCM.Data}
+		if change.Name == "" {
+			change.Name = newCM.Name
+		}
+	}
+	if req.Operation != admissionv1.Create {
+		if oldCM, err := decodeConfigMap(req.OldObject.Raw); err == nil {
+			change.Old = ConfigMapFact{Data: oldCM.Data}
+			if change.Name == "" {
+				change.Name = oldCM.Name
+			}
+		} else {
+			// Judged as if it had not existed: every reader it arms is then a transition.
+			log.Info("old ConfigMap unreadable; judging the change as if it had not existed", "error", err.Error())
+		}
+	}
+	readers, err := h.Readers.ReadersOf(req.Namespace, change.Name)
+	if err != nil {
+		h.Metrics.observe(kind, false, ReasonCouldNotVerify, time.Since(start))
+		return admission.Denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
+	}
+	readers = judgedThroughController(readers)
+	ctx, cancel := h.deadline(ctx)
+	defer cancel()
+	var denials []Decision
+	var warnings []string
+	judged, lookups := 0, 0
+	for _, w := range readers {
+		if ctx.Err() != nil {
+			denials = append(denials, Decision{Subject: "the remaining readers", Reason: ReasonCouldNotVerify,
+				Unmet: []Unmet{{Reason: ReasonCouldNotVerify, Problem: "the review's deadline passed before every reader was judged.", Fix: "retry."}}})
+			break
+		}
+		if judged == maxReaders {
+			denials = append(denials, Decision{Subject: fmt.Sprintf("ConfigMap %s/%s", req.Namespace, change.Name), Reason: ReasonTooComplex,
+				Unmet: []Unmet{{Reason: ReasonTooComplex, Problem: fmt.Sprintf("%d guarded objects read it; the guard judges at most %d per change.", len(readers), maxReaders),
+					Fix: "set " + EnvFencing + " in the workloads' own env instead of in a ConfigMap shared by this many."}}})
+			break
+		}
+		judged++
+		load := newReviewLoad(start, w)
+		d, n := Evaluate(withReviewLoad(ctx, load), h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change, Budget: NewBudget(h.WorkBudget)}, h.Policy, h.now())
+		load.release()
+		lookups += n
+		warnings = append(warnings, d.Warnings...)
+		if !d.Allowed {
+			denials = append(denials, d)
+		}
+	}
+	log.Info("decision", "allowed", len(denials) == 0, "operation", req.Operation, "readers", len(readers), "judged", judged, "lookups", lookups, "tookMs", time.Since(start).Milliseconds())
+	if len(warnings) > maxListed {
+		warnings = warnings[:maxListed]
+	}
+	if len(denials) == 0 {
+		h.Metrics.observe(kind, true, ReasonNoOpinion, time.Since(start))
+		return admission.Allowed("").WithWarnings(warnings...)
+	}
+	h.Metrics.observe(kind, false, denials[0].Reason, time.Since(start))
+	msg := denials[0].Message()
+	if len(denials) > 1 {
+		msg += fmt.Sprintf("\n(and %d more object(s) reading ConfigMap %s/%s are refused likewise)", len(denials)-1, req.Namespace, change.Name)
+	}
+	return admission.Denied(msg).WithWarnings(warnings...)
+}
+
+// judgedThroughController drops the readers whose controller is itself among the readers and runs
+// them from the same environment: the controller's judgement is theirs (a StatefulSet's Pods, a
+// Deployment's ReplicaSets and their Pods), so one change read by a set of many replicas is judged
+// once per template, not once per Pod. A reader whose controller is absent, or differs, stays.
+func judgedThroughController(readers []*Workload) []*Workload {
+	byUID := map[string]*Workload{}
+	for _, w := range readers {
+		if w.UID != "" {
+			byUID[w.UID] = w
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(readers), func(w *Workload) bool {
+		ref := w.ControllerRef
+		if ref == nil || !w.Exempt {
+			return false
+		}
+		owner, ok := byUID[string(ref.UID)]
+		if !ok || owner.Name != ref.Name || owner.Kind != ref.Kind {
+			return false
+		}
+		if w.Kind == gvkPod.Kind {
+			return sameEnvironment(w, owner)
+		}
+		held, _ := exemptionHolds(w, owner, true, true)
+		return held
+	})
+}
+
+// sameEnvironment reports whether a Pod's containers read their environment exactly as its
+// controller's template says (names, env, envFrom): admission plugins change a Pod's spec in
+// other ways (volumes, the node), never its containers' environment.
+func sameEnvironment(p, owner *Workload) bool {
+	pc, oc := p.Containers(), owner.Containers()
+	if len(pc) != len(oc) {
+		return false
+	}
+	for i := range pc {
+		if pc[i].Name != oc[i].Name || !slices.EqualFunc(pc[i].Env, oc[i].Env, envVarEqual) ||
+			!slices.EqualFunc(pc[i].EnvFrom, oc[i].EnvFrom, envFromEqual) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,215 @@
+package webhook
+
+import (
+	"fmt"
+
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/noetl/ehdb-election/election"
+)
+
+// Decide is the guard's policy: a pure function of the object, the old object and the facts.
+// A fact it needs but does not have counts as a failed lookup, so Decide never allows an armed
+// object on missing information.
+func Decide(in Input, f *Facts, p Policy) Decision {
+	w := in.Object
+	if w == nil {
+		return Decision{Reason: ReasonMalformed, Unmet: []Unmet{{Reason: ReasonMalformed, Problem: "the request carries no object."}}}
+	}
+	d := Decision{Subject: fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name)}
+	if c := in.ConfigMapChange; c != nil {
+		d.Subject = fmt.Sprintf("%s (through ConfigMap %s/%s, which it reads)", d.Subject, w.Namespace, c.Name)
+	}
+	if w.Deleting {
+		// Finalizer removal on an object being deleted: nothing new can be armed by it, and
+		// refusing would leave it stuck in deletion.
+		d.Allowed, d.Reason = true, ReasonNoOpinion
+		return d
+	}
+	where := templatePath(w.Kind)
+	if n := tooManyConfigMaps(w, p); n > 0 {
+		d.unmet(ReasonTooComplex,
+			fmt.Sprintf("the containers read their environment from %d ConfigMaps; the guard reads at most %d per object, so it cannot tell whether %s is armed.", n, p.maxConfigMaps(), EnvFencing),
+			fmt.Sprintf("read the environment from at most %d ConfigMaps (merge them), or keep the workload out of the guarded namespaces if it is not an ehdb writer.", p.maxConfigMaps()))
+		d.Reason = ReasonTooComplex
+		return d
+	}
+	budget := in.budget()
+	cms := in.configMapsFor(f.configMapsFinal(), false)
+	views := view(w, cms, budget)
+	var armed []*containerView
+	for i := range views {
+		if views[i].armed {
+			armed = append(armed, &views[i])
+			if len(d.Armed) < maxListed {
+				d.Armed = append(d.Armed, views[i].label()+": "+views[i].why)
+			}
+			if views[i].unknowable && len(d.Unknowable) < maxListed {
+				d.Unknowable = append(d.Unknowable, views[i].label())
+			}
+		}
+	}
+	if budget.Exhausted() {
+		d.unmet(ReasonTooComplex,
+			fmt.Sprintf("the pod template's environment is too large or too intricate for the guard to resolve within its per-review work budget (%d steps), so it cannot tell whether %s is armed.", DefaultBudget, EnvFencing),
+			"simplify the environment (fewer envFrom sources, fewer and shorter $(VAR) references).")
+		d.Armed, d.Unknowable = nil, nil
+		d.Reason = ReasonTooComplex
+		return d
+	}
+	if len(armed) == 0 {
+		d.Allowed, d.Reason = true, ReasonUnarmed
+		// Out of reach (README): a writer's image may set the fencing variable in its ENV.
+		for i := range views {
+			if _, set := views[i].env.Lookup(EnvFencing); !set {
+				if _, writer := views[i].env.Lookup(election.EnvElection); writer {
+					d.warn(truncate(views[i].label()+" sets "+election.EnvElection+" but not "+EnvFencing+": if its image's ENV sets "+EnvFencing+", the guard cannot see it; set it in the env explicitly.", 240))
+				}
+			}
+		}
+		return d
+	}
+	scope := orderScopeOf(in, in.configMapsFor(f.configMapsFinal(), true), budget, p)
+	// Disarming order: an object that was armed must keep its election while it stays armed.
+	removal := ""
+	if oldArmed(in, in.configMapsFor(f.configMapsFinal(), true), budget) {
+		removal = fmt.Sprintf(" It is armed now: remove in the reverse order of arming (enforce → shadow): first set %s=shadow (or off) and roll it out, then turn the election off.", EnvFencing)
+	}
+
+	// 1. Election enabled, in the same container, by the writer's own parser.
+	elections := make([]electionView, len(armed))
+	for i, v := range armed {
+		ev := judgeElection(w, v.env, p.maxShards())
+		elections[i] = ev
+		switch {
+		case ev.enabledSet && !ev.enabledText.Known():
+			d.unmet(ReasonElectionUnknowable,
+				fmt.Sprintf("%s: %s cannot be known (%s), so election cannot be verified as enabled.", v.label(), election.EnvElection, ev.enabledText.Unknown.String()),
+				fmt.Sprintf("set %s=true in the env of %s (or in a ConfigMap it reads).", election.EnvElection, v.label())+removal)
+		case !ev.enabled:
+			detail := election.EnvElection + " is not set (election is off by default)"
+			if ev.enabledSet {
+				detail = fmt.Sprintf("%s=%q does not enable it", election.EnvElection, ev.enabledText.Text)
+				if msg := problemsAbout(ev.problems, election.EnvElection); msg != "" {
+					detail += " (" + msg + ")"
+				}
+			}
+			d.unmet(ReasonElectionDisabled,
+				fmt.Sprintf("%s: election is not enabled: %s.", v.label(), detail),
+				fmt.Sprintf("set %s=true in the env of %s, the same container that sets %s.", election.EnvElection, v.label(), EnvFencing)+removal)
+		case ev.tooMany > 0:
+			d.unmet(ReasonTooComplex,
+				fmt.Sprintf("%s: the StatefulSet has %d replicas and each pod takes its shard from its ordinal; the guard judges at most %d shards per object, so it cannot verify this one.", v.label(), ev.tooMany, p.maxShards()),
+				fmt.Sprintf("run at most %d replicas per StatefulSet, or set %s explicitly.", p.maxShards(), election.EnvShard))
+		case ev.shardProblem != "" && ev.shardCertain:
+			d.unmet(ReasonShardUnknown,
+				fmt.Sprintf("%s: %s.", v.label(), ev.shardProblem),
+				fmt.Sprintf("set %s to the writer's shard number (decimal), or run it as a StatefulSet whose pod hostnames end in the ordinal.", election.EnvShard))
+		default:
+			for _, pr := range ev.problems {
+				d.warn(fmt.Sprintf("%s: %v", v.label(), pr))
+			}
+		}
+	}
+
+	// 2. A dedicated ServiceAccount that exists, may use leases, and whose token the pod mounts.
+	saName := ServiceAccountName(w.Pod.Spec)
+	saKey := types.NamespacedName{Namespace: w.Namespace, Name: saName}
+	var saFact *ServiceAccountFact
+	if saName == "default" {
+		d.unmet(ReasonDefaultServiceAccount,
+			fmt.Sprintf("the pod runs as the namespace's default ServiceAccount (%s.serviceAccountName is empty or \"default\"); every pod in %s that names no ServiceAccount would share the writer's lease rights.", where, w.Namespace),
+			fmt.Sprintf("set %s.serviceAccountName to the writer's dedicated ServiceAccount (the ehdb-election chart creates noetl-cmdbus-writer) and bind the lease Role to it, never to default.", where))
+	} else {
+		switch sa, ok := f.ServiceAccounts[saName]; {
+		case !ok:
+			d.unmet(ReasonCouldNotVerify, fmt.Sprintf("could not verify ServiceAccount %s: %v.", saKey, errNotLookedUp), "retry; if it persists, check the webhook's access to the API server.")
+		case sa.Err != nil:
+			d.unmet(ReasonCouldNotVerify, fmt.Sprintf("could not verify ServiceAccount %s: %v.", saKey, sa.Err), "retry; if it persists, check the webhook's access to the API server.")
+		case sa.NotFound:
+			d.unmet(ReasonServiceAccountMissing,
+				fmt.Sprintf("ServiceAccount %s does not exist.", saKey),
+				fmt.Sprintf("create it (the ehdb-election chart does) or correct %s.serviceAccountName.", where))
+		default:
+			saFact = &sa
+			for _, a := range cloudIdentityAnnotations {
+				if v, ok := sa.Annotations[a]; ok {
+					d.warn(fmt.Sprintf("ServiceAccount %s carries the cloud identity %s=%s; a writer needs no cloud principal, use a dedicated ServiceAccount without one.", saKey, a, truncate(v, 60)))
+				}
+			}
+		}
+	}
+	d.checkToken(w, where, saName, saFact, armed)
+	namespaces := map[string][]uint32{}
+	shardsKnown := map[string]bool{}
+	for i, ev := range elections {
+		if !ev.namespace.Known() {
+			d.unmet(ReasonElectionUnknowable,
+				fmt.Sprintf("%s: the election's namespace cannot be known (%s).", armed[i].label(), ev.namespace.Unknown.String()),
+				fmt.Sprintf("set %s (or POD_NAMESPACE from fieldRef metadata.namespace) to a value the guard can read.", election.EnvNamespace))
+			continue
+		}
+		ns := ev.namespace.Text
+		if _, seen := shardsKnown[ns]; !seen {
+			shardsKnown[ns] = true
+		}
+		if ev.shardProblem != "" || ev.tooMany > 0 {
+			shardsKnown[ns] = false
+		}
+		namespaces[ns] = append(namespaces[ns], ev.shards...)
+	}
+	for _, ns := range sortedKeys(shardsKnown) {
+		if saName != "default" {
+			d.checkAccess(f, saKey, ns, namespaces[ns], shardsKnown[ns])
+		}
+		if a, ok := f.Access[AccessCheck{ServiceAccount: types.NamespacedName{Namespace: w.Namespace, Name: "default"}, Namespace: ns, Verb: "update"}]; ok && a.Err == nil && a.Allowed {
+			d.warn(fmt.Sprintf("the default ServiceAccount of %s may update leases in %s: any pod there can overwrite a shard's Lease; bind the lease Role to the writer's ServiceAccount only.", w.Namespace, ns))
+		}
+	}
+
+	// 3. The order check, on every shard the object arms that was not armed before.
+	if scope.applies {
+		for i, ev := range elections {
+			if !ev.namespace.Known() || ev.tooMany > 0 || (ev.enabled && ev.shardCertain) {
+				continue // already reported
+			}
+			if ev.shardProblem != "" {
+				if !scope.full {
+					continue // armed before with shards nobody could tell either: nothing new to name
+				}
+				d.unmet(ReasonShardUnknown,
+					fmt.Sprintf("%s: cannot tell which shard Leases to check: %s.", armed[i].label(), ev.shardProblem),
+					fmt.Sprintf("set %s explicitly in %s, or run the writer as a StatefulSet.", election.EnvShard, armed[i].label()))
+				continue
+			}
+			d.checkLeases(f, ev.namespace.Text, scope.added(ev.namespace.Text, ev.shards))
+		}
+	}
+	if w.Controller != "" && !w.Exempt && in.ConfigMapChange == nil {
+		d.warn(truncate(fmt.Sprintf("controlled by %s, which the guard does not judge: this %s was judged itself, order check included.", w.Controller, w.Kind), 240))
+	}
+	// What stays open (README "limits"), said where it applies.
+	if w.Exempt && p.RequireLiveLease && w.Kind != gvkPod.Kind {
+		d.warn(truncate(fmt.Sprintf("order check skipped: the controller %s has this pod template and was judged on it.", w.Controller), 240))
+	}
+	if len(d.Unmet) == 0 {
+		d.Allowed, d.Reason = true, ReasonRequirementsMet
+		for _, v := range armed {
+			if !strings.HasPrefix(v.why, EnvFencing+"=") {
+				d.warn(truncate(v.label()+": "+v.why, 240))
+			}
+		}
+		return d
+	}
+	d.Reason = d.Unmet[0].Reason
+	if w.Kind == gvkPod.Kind && in.Subresource == "" && d.onlyUnverified() {
+		// Pods fail open when the guard itself cannot look (SPEC): admit, and say what went unchecked.
+		for _, u := range d.Unmet {
+			d.warn(truncate("ehdb-election guard could not verify this Pod and admits it (Pods fail open): "+u.Problem, 240))
+		}
+		d.Allowed, d.Reason, d.Unmet = true, ReasonUnverifiedPod, nil
+	}
+	return d
+}

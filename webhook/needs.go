@@ -1,0 +1,88 @@
+package webhook
+
+import (
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/noetl/ehdb-election/election"
+)
+
+// Needs returns the lookups Decide still lacks for in. It asks for nothing when nothing can be
+// armed: an unarmed object is decided without a single API call. ConfigMaps come first (they
+// decide whether anything is armed); ServiceAccount, access and Lease lookups are asked for as
+// soon as something is known to be armed; access reviews for single Leases by name only once the
+// namespace-wide review has refused. Call it until it returns an empty Query.
+func Needs(in Input, f *Facts, p Policy) Query {
+	w := in.Object
+	if w == nil || w.Deleting || tooManyConfigMaps(w, p) > 0 {
+		return Query{}
+	}
+	budget := in.budget()
+	b := newQueryBuilder(f, w.Namespace)
+	views := view(w, in.configMapsFor(f.configMaps(), false), budget)
+	anyArmed := false
+	for i := range views {
+		v := &views[i]
+		for _, name := range v.pending {
+			b.configMap(name)
+		}
+		if v.armed {
+			anyArmed = true
+			// Everything the election reads may come from a ConfigMap.
+			for _, name := range referencedConfigMaps(v.c) {
+				if in.ConfigMapChange == nil || name != in.ConfigMapChange.Name {
+					b.configMap(name)
+				}
+			}
+		}
+	}
+	if !anyArmed || budget.Exhausted() {
+		return b.query()
+	}
+	if in.Operation == admissionv1.Update && in.Old != nil {
+		for _, ov := range view(in.Old, in.configMapsFor(f.configMaps(), true), budget) {
+			for _, name := range ov.pending {
+				b.configMap(name)
+			}
+		}
+	}
+	scope := orderScopeOf(in, in.configMapsFor(f.configMaps(), true), budget, p)
+	sa := ServiceAccountName(w.Pod.Spec)
+	if sa != "default" {
+		b.serviceAccount(sa)
+	}
+	saKey := types.NamespacedName{Namespace: w.Namespace, Name: sa}
+	for i := range views {
+		v := &views[i]
+		if !v.armed || hasPendingConfigMaps(in, v.c, f) {
+			continue
+		}
+		ev := judgeElection(w, v.env, p.maxShards())
+		if !ev.namespace.Known() {
+			continue
+		}
+		ns := ev.namespace.Text
+		shardsKnown := ev.shardProblem == "" && ev.tooMany == 0
+		if sa != "default" {
+			for _, verb := range requiredVerbs {
+				wide := AccessCheck{ServiceAccount: saKey, Namespace: ns, Verb: verb}
+				b.access(wide)
+				// A Role may grant get and update by resourceNames: ask for each shard's Lease
+				// once the namespace-wide review has refused (create cannot be restricted by name).
+				if a, ok := f.Access[wide]; ok && a.Err == nil && !a.Allowed && verb != "create" && shardsKnown {
+					for _, s := range ev.shards {
+						b.access(AccessCheck{ServiceAccount: saKey, Namespace: ns, Verb: verb, Name: election.LeaseName(s)})
+					}
+				}
+			}
+		}
+		b.access(AccessCheck{ServiceAccount: types.NamespacedName{Namespace: w.Namespace, Name: "default"}, Namespace: ns, Verb: "update"})
+		if shardsKnown {
+			for _, s := range scope.added(ns, ev.shards) {
+				b.lease(types.NamespacedName{Namespace: ns, Name: election.LeaseName(s)})
+			}
+		}
+	}
+	return b.query()
+}

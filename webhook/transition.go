@@ -1,0 +1,106 @@
+package webhook
+
+import (
+	admissionv1 "k8s.io/api/admission/v1"
+)
+
+// orderCheckApplies reports whether the order check may run for in (before knowing whether the
+// old object was armed). It never runs for a Pod or an object whose controller is a workload the
+// guard judged (Workload.Exempt): those are created by a controller acting on an owner that was
+// checked when it was armed, and a crashed writer's replacement must not wait for a Lease that
+// only the replacement itself can renew. Ephemeral containers are the exception: nobody judged
+// them on an owner, so adding armed ones to a running Pod is arming like any other.
+func orderCheckApplies(in Input, p Policy) bool {
+	if !p.RequireLiveLease || in.Object == nil {
+		return false
+	}
+	if in.Subresource == subresourceEphemeral {
+		return in.Operation == admissionv1.Update
+	}
+	if in.ConfigMapChange != nil && in.Object.Kind == gvkPod.Kind && !in.Object.Exempt {
+		// A bare Pod armed by a ConfigMap edit at its next container start: no owner judged it.
+		return true
+	}
+	if in.Object.Kind == gvkPod.Kind || in.Object.Exempt {
+		return false
+	}
+	return in.Operation == admissionv1.Create || in.Operation == admissionv1.Update
+}
+
+// subresourceEphemeral is the Pod subresource that adds ephemeral containers.
+const subresourceEphemeral = "ephemeralcontainers"
+
+// oldArmed reports whether the object was armed before this UPDATE. A missing old object counts
+// as unarmed, so the order check runs; so does an old object armed only because its fencing value
+// could not be known: nobody can say it was enforcing.
+func oldArmed(in Input, cms ConfigMapSource, budget *Budget) bool {
+	if in.Operation != admissionv1.Update || in.Old == nil {
+		return false
+	}
+	for _, v := range view(in.Old, cms, budget) {
+		if v.armed && !v.unknowable {
+			return true
+		}
+	}
+	return false
+}
+
+// shardKey is one shard's Lease: its namespace and number.
+type shardKey struct {
+	namespace string
+	shard     uint32
+}
+
+// orderScope is which shards the order check covers for one review. The rule: every shard the
+// object will run armed that it did not run armed before. On the transition to armed (created
+// armed, or updated from unarmed) that is every shard; on an update of an armed object it is the
+// shards it adds (a StatefulSet scaled from 0 to n, or up from n), so arming by adding shards
+// meets the same check as arming by setting enforce.
+type orderScope struct {
+	applies bool
+	full    bool              // a transition to armed: every shard, and an unknowable shard is refused
+	before  map[shardKey]bool // when !full: the shards the old object ran armed
+}
+
+func orderScopeOf(in Input, cms ConfigMapSource, budget *Budget, p Policy) orderScope {
+	if !orderCheckApplies(in, p) {
+		return orderScope{}
+	}
+	if in.Operation != admissionv1.Update || in.Old == nil {
+		return orderScope{applies: true, full: true}
+	}
+	before, wasArmed := map[shardKey]bool{}, false
+	for _, v := range view(in.Old, cms, budget) {
+		if !v.armed || v.unknowable {
+			continue
+		}
+		wasArmed = true
+		ev := judgeElection(in.Old, v.env, p.maxShards())
+		if ev.namespace.Known() && ev.shardProblem == "" && ev.tooMany == 0 {
+			for _, s := range ev.shards {
+				before[shardKey{ev.namespace.Text, s}] = true
+			}
+		}
+	}
+	if !wasArmed {
+		return orderScope{applies: true, full: true}
+	}
+	return orderScope{applies: true, before: before}
+}
+
+// added returns the shards of ns the order check covers.
+func (o orderScope) added(ns string, shards []uint32) []uint32 {
+	if !o.applies {
+		return nil
+	}
+	if o.full {
+		return shards
+	}
+	var out []uint32
+	for _, s := range shards {
+		if !o.before[shardKey{ns, s}] {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -92,4 +93,89 @@ func tarDir(dir, out string) (err error) {
 		return err
 	}
 	return tw.Close()
+}
+
+// ReadArchive opens an archive WriteArchive wrote (or any OCI-layout tar naming its images by
+// io.containerd.image.name). The images read from a temporary folder that close removes.
+func ReadArchive(archive string) (imgs []Named, closeFn func() error, err error) {
+	dir, err := os.MkdirTemp("", "oci-layout-")
+	if err != nil {
+		return nil, nil, err
+	}
+	closeFn = func() error { return os.RemoveAll(dir) }
+	defer func() {
+		if err != nil {
+			closeFn()
+		}
+	}()
+	if err := untar(archive, dir); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", archive, err)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: not an OCI layout: %w", archive, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, d := range im.Manifests {
+		ref := d.Annotations[annotationImageName]
+		if ref == "" {
+			return nil, nil, fmt.Errorf("%s: manifest %s has no %s annotation", archive, d.Digest, annotationImageName)
+		}
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %s: %w", archive, ref, err)
+		}
+		imgs = append(imgs, Named{Ref: ref, Image: img})
+	}
+	return imgs, closeFn, nil
+}
+
+// untar unpacks regular files and folders only, refusing names that would leave dir.
+func untar(archive, dir string) error {
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		clean := filepath.Clean(filepath.FromSlash(h.Name))
+		if filepath.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)) {
+			return fmt.Errorf("entry %q leaves the archive", h.Name)
+		}
+		p := filepath.Join(dir, clean)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			out, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(out, tr)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("entry %q: type %c is not a file or folder", h.Name, h.Typeflag)
+		}
+	}
 }

@@ -144,7 +144,7 @@ func TestArchiveIsAReproducibleOCILayout(t *testing.T) {
 	}
 
 	unpacked := filepath.Join(dir, "unpacked")
-	untar(t, d1, unpacked)
+	untarBytes(t, d1, unpacked)
 	idx, err := layout.ImageIndexFromPath(unpacked)
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestIsLoopback(t *testing.T) {
 	}
 }
 
-func untar(t *testing.T, data []byte, dir string) {
+func untarBytes(t *testing.T, data []byte, dir string) {
 	t.Helper()
 	tr := tar.NewReader(bytes.NewReader(data))
 	for {

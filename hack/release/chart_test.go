@@ -1,7 +1,10 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +12,8 @@ import (
 
 	"github.com/Masterminds/semver/v3"
 	"helm.sh/helm/v3/pkg/chart/loader"
+
+	"github.com/noetl/ehdb-election/internal/ociimage"
 )
 
 // copyChart copies the repository's chart into a temporary folder the test may edit.
@@ -174,6 +179,23 @@ func TestPackageChartPinsTheImageReproducibly(t *testing.T) {
 	d2, _ := os.ReadFile(two)
 	if !bytes.Equal(d1, d2) {
 		t.Fatal("the same chart packaged twice gave different archives")
+	}
+	// Packaged a second apart the archives would differ unless every entry's time is fixed.
+	zr, err := gzip.NewReader(bytes.NewReader(d1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tr := tar.NewReader(zr); ; {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !h.ModTime.Equal(ociimage.Epoch) {
+			t.Fatalf("%s in the package has time %s, want the fixed %s", h.Name, h.ModTime, ociimage.Epoch)
+		}
 	}
 	c, err := loader.LoadFile(one)
 	if err != nil {

@@ -492,7 +492,7 @@ func TestOptionsReachTheDeployment(t *testing.T) {
 		ok   bool
 	}{
 		{"replicas 3", *d.Spec.Replicas == 3},
-		{"image digest", c.Image == "ghcr.io/noetl/ehdb-election-webhook:0.2.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+		{"image digest", c.Image == "ghcr.io/noetl/ehdb-election-webhook:0.1.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 		{"pullPolicy", c.ImagePullPolicy == corev1.PullAlways},
 		{"imagePullSecrets", reflect.DeepEqual(pod.ImagePullSecrets, []corev1.LocalObjectReference{{Name: "ghcr-pull"}})},
 		{"priorityClassName", pod.PriorityClassName == "ehdb-test-high"},

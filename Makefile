@@ -59,8 +59,8 @@ test: controlplane lint ## Everything: unit, chart and end-to-end tests on the l
 	else echo "test: e2e-node skipped (it needs root; EHDB_SKIP_NODE=$${EHDB_SKIP_NODE:-}): run sudo make e2e-node"; fi
 
 .PHONY: sim
-sim: ## The election's randomized fault simulation at a larger budget: SIM_SEEDS=3000 (make test runs 300)
-	EHDB_SIM_SEEDS=$${SIM_SEEDS:-3000} $(GO) test -count=1 -timeout 0 -v -run 'TestRandomizedSimulation$$' ./election/
+sim: ## The election's randomized fault simulation at a larger budget: SIM_SEEDS=16000, over 10^8 steps (make test runs 300)
+	EHDB_SIM_SEEDS=$${SIM_SEEDS:-16000} $(GO) test -count=1 -timeout 0 -v -run 'TestRandomizedSimulation$$' ./election/
 
 .PHONY: mutants
 mutants: ## Revert each of the election's safety rules in turn: the simulation must catch every one

@@ -16,6 +16,9 @@ const (
 	EnvRenewSecs = "NOETL_EHDB_ELECTION_RENEW_SECS"
 	EnvShard     = "NOETL_EHDB_ELECTION_SHARD"
 	EnvNamespace = "NOETL_EHDB_ELECTION_NAMESPACE"
+	// EnvFencing arms the writer's fence: off | shadow | enforce. The election runs the same
+	// whatever it says; the writer's readiness (Readiness) and the admission guard act on it.
+	EnvFencing = "NOETL_EHDB_FENCING"
 
 	envPodNamespace = "POD_NAMESPACE"
 	envHostname     = "HOSTNAME"
@@ -44,7 +47,17 @@ type Config struct {
 	// Namespace of the Lease; empty when the environment does not name one (the in-cluster
 	// ServiceAccount namespace file is consulted at start-up, not here, so parsing stays pure).
 	Namespace string
+
+	// Fencing is NOETL_EHDB_FENCING as given, trimmed ("" when unset); Armed says what it means.
+	Fencing string
 }
+
+// Armed says whether the fence is armed: the fencing value, trimmed and case-folded, is
+// "enforce". It is the admission guard's rule, so the writer and the guard agree on "armed".
+func (c Config) Armed() bool { return FenceArmed(c.Fencing) }
+
+// FenceArmed is the rule of Armed for one value of NOETL_EHDB_FENCING.
+func FenceArmed(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "enforce") }
 
 // ordinalRE matches a StatefulSet pod name's trailing ordinal ("noetl-cmdbus-writer-3").
 var ordinalRE = regexp.MustCompile(`-([0-9]+)$`)
@@ -110,6 +123,15 @@ func ParseConfig(lookup func(string) (string, bool)) (Config, []error) {
 			} else {
 				cfg.Shard, cfg.HasShard = uint32(n), true
 			}
+		}
+	}
+
+	if v, ok := get(EnvFencing); ok {
+		cfg.Fencing = v
+		switch {
+		case FenceArmed(v), strings.EqualFold(v, "shadow"), strings.EqualFold(v, "off"):
+		default:
+			problems = append(problems, fmt.Errorf("%s=%q is not off, shadow or enforce; only enforce arms the fence", EnvFencing, v))
 		}
 	}
 

@@ -57,6 +57,13 @@ func TestParseConfig(t *testing.T) {
 		{"ordinal out of range", env("HOSTNAME", "w-4294967296"), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s}, []string{"out of range"}},
 		{"namespace from env", env(EnvNamespace, "noetl", "POD_NAMESPACE", "other"), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s, Namespace: "noetl"}, nil},
 		{"namespace from POD_NAMESPACE", env("POD_NAMESPACE", "other"), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s, Namespace: "other"}, nil},
+		{"fencing enforce, trimmed", env(EnvFencing, " enforce "), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s, Fencing: "enforce"}, nil},
+		{"fencing case-folded", env(EnvFencing, "ENFORCE"), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s, Fencing: "ENFORCE"}, nil},
+		{"fencing shadow", env(EnvFencing, "Shadow"), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s, Fencing: "Shadow"}, nil},
+		{"fencing off", env(EnvFencing, "off"), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s, Fencing: "off"}, nil},
+		{"fencing blank means unset", env(EnvFencing, "  "), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s}, nil},
+		{"fencing unknown: reported, not armed", env(EnvFencing, "enforced"), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s, Fencing: "enforced"},
+			[]string{`NOETL_EHDB_FENCING="enforced" is not off, shadow or enforce; only enforce arms the fence`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, problems := ParseConfig(tc.env)
@@ -72,6 +79,23 @@ func TestParseConfig(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Armed is the admission guard's rule (webhook/policy.go: trimmed, case-folded "enforce"), so the
+// writer's readiness and the guard never disagree on whether a fence is armed.
+func TestArmed(t *testing.T) {
+	for v, want := range map[string]bool{
+		"enforce": true, " Enforce\t": true, "ENFORCE": true,
+		"": false, "shadow": false, "off": false, "enforced": false, "en force": false, "true": false,
+	} {
+		if got := FenceArmed(v); got != want {
+			t.Errorf("FenceArmed(%q) = %v, want %v", v, got, want)
+		}
+		cfg, _ := ParseConfig(env(EnvFencing, v))
+		if got := cfg.Armed(); got != want {
+			t.Errorf("ParseConfig(%s=%q).Armed() = %v, want %v", EnvFencing, v, got, want)
+		}
 	}
 }
 

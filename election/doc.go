@@ -63,11 +63,13 @@
 //     deletion: it creates the Lease at once, with epoch 1 (or above what it saw), and may overlap
 //     a holder whose Lease was deleted under it. Deletion is the cluster's to refuse: the chart's
 //     lease guard forbids it.
-//   - create-delete-unseen: someone else's create-then-delete that this process cannot see — it
-//     happened before its watch began and the creator's duration is longer than any this process
-//     believes in, or its watch events were still in flight when this process sent its own create.
-//     A create cannot be made conditional on "never existed"; only a cluster that refuses deletes
-//     closes it.
+//   - create-delete-unseen: someone else's holding — begun by a create or by an update of a
+//     released record — and the Lease's deletion after it, all while this process could not see
+//     them (before its watch began, or between two of its watches), when that holder's duration is
+//     longer than any this process believes in; or a create-then-delete whose watch events were
+//     still in flight when this process sent its own create. A create cannot be made conditional
+//     on "never existed", and no process can know a duration it never saw; only a cluster that
+//     refuses deletes closes it.
 //   - vm-freeze: a freeze that stops every clock of the holder's machine (a paused VM whose
 //     kvmclock stands still) cannot be seen from inside: on resume the holder reports a valid token
 //     for the rest of its lease, next to a successor. The fence's epoch check closes it — the

@@ -41,14 +41,28 @@ func (e *Election) run(ctx context.Context) {
 			e.watchLoop(ctx, events)
 		}()
 	}
-	e.safely(ctx, nil)
+	// A round first takes every watch event already delivered: deciding on an older record than
+	// the one waiting in the buffer would widen the create-delete-unseen window (package doc) from
+	// the watch's latency to the driver's.
+	round := func() {
+		for drained := false; !drained; {
+			select {
+			case m := <-events:
+				e.safely(ctx, &m)
+			default:
+				drained = true
+			}
+		}
+		e.safely(ctx, nil)
+	}
+	round()
 	for {
 		delay := e.nextDelay()
 		if delay <= 0 {
 			if ctx.Err() != nil {
 				return
 			}
-			e.safely(ctx, nil)
+			round()
 			continue
 		}
 		timer := e.clock.NewTimer(delay)
@@ -57,7 +71,7 @@ func (e *Election) run(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-timer.C():
-			e.safely(ctx, nil)
+			round()
 		case m := <-events:
 			timer.Stop()
 			e.safely(ctx, &m)
@@ -186,9 +200,12 @@ func (e *Election) ours(rec *coordinationv1.Lease, now time.Time) bool {
 // mayCreate says whether an absent Lease may be created now. Absence is timed from its first
 // sighting (or the arrival of the DELETED event that reported it, whichever is later), never from
 // an older sighting of the record: a holder may have renewed after that, unseen, right before the
-// delete. The wait is the longest duration we have reason to believe in; it is skipped only when
-// we held a valid token as we learned of the absence (no one else can have held one then) or when
-// this process never saw the Lease exist (see the package doc: that case is the lease guard's).
+// delete. The wait is the longest duration we have reason to believe in; it is skipped only while
+// the token we held as we learned of the absence is still fresh (no one else can have created the
+// Lease before it lapses: they wait out at least its duration from the deletion) or when this
+// process never saw the Lease exist (see the package doc: that case is the lease guard's). The
+// first exemption ends with the token: a create that failed must not leave it standing for a
+// later absence, which someone else's create and delete may have preceded unseen.
 //
 // An absence counts only under an unbroken watch, from the later of its first sighting and the
 // watch's start: two reads that both find no Lease say nothing of a create and delete between
@@ -196,7 +213,7 @@ func (e *Election) ours(rec *coordinationv1.Lease, now time.Time) bool {
 // its holder's token within one lease of it, which the wait covers.
 func (e *Election) mayCreate() bool {
 	d := &e.d
-	if d.absentWait == 0 {
+	if !d.everSeen || d.absentOurs && e.fresh(e.clock.Now(), d.lastSend, d.lastBoot) {
 		return true
 	}
 	return d.watching && e.clock.Since(d.absenceTimedFrom()) > d.absentWait
@@ -290,6 +307,13 @@ func microTime(t time.Time) *metav1.MicroTime {
 // see records a Lease we were shown (by a read, a watch or our own write).
 func (e *Election) see(l *coordinationv1.Lease) {
 	d := &e.d
+	if d.seenRV != "" && l.ResourceVersion != d.seenRV && !newer(l.ResourceVersion, d.seenRV) {
+		// An older record than one already seen (a replayed event, a read answered late): what it
+		// says is superseded, and acting on it could forget a longer duration seen since (a
+		// release it shows resets that memory).
+		return
+	}
+	d.seenRV = l.ResourceVersion
 	if l.ResourceVersion != d.obs.rv {
 		d.obs = observation{
 			rv:     l.ResourceVersion,
@@ -306,14 +330,21 @@ func (e *Election) see(l *coordinationv1.Lease) {
 // released record ends every holding before it (its holder dropped its token, and each earlier
 // holder had lapsed before that one acquired), so only then may a longer duration be forgotten.
 func (e *Election) remember(l *coordinationv1.Lease) {
+	if holderOf(l) == "" {
+		e.d.longest = 0
+	}
+	e.recall(l)
+}
+
+// recall keeps what a record that is not the newest tells about the past (an older incarnation, a
+// replayed event): its epoch and duration only raise what we believe, its release resets nothing.
+func (e *Election) recall(l *coordinationv1.Lease) {
 	d := &e.d
 	d.everSeen = true
 	d.maxSeen = max(d.maxSeen, epochOf(l))
-	if holderOf(l) == "" {
-		d.longest = 0
-		return
+	if holderOf(l) != "" {
+		d.longest = max(d.longest, leaseDuration(l, 0))
 	}
-	d.longest = max(d.longest, leaseDuration(l, 0))
 }
 
 // seeAbsent records that the Lease does not exist, now. deleted carries the last state a DELETED
@@ -333,8 +364,8 @@ func (e *Election) seeAbsent(deleted *coordinationv1.Lease) {
 	case first:
 		d.absentSince, d.absentWait = now, e.believed(nil)
 	}
-	if first && (!d.everSeen || (d.holds && e.fresh(now, d.lastSend, d.lastBoot))) {
-		d.absentWait = 0
+	if first {
+		d.absentOurs = d.holds && e.fresh(now, d.lastSend, d.lastBoot)
 	}
 	d.rec, d.known, d.stale, d.ownWrite = nil, true, false, false
 }

@@ -146,12 +146,14 @@ type driver struct {
 	maxSeen uint64 // highest epoch seen for this shard, so epochs never go backwards
 
 	watchFrom time.Time // when the current unbroken watch began (the driver learned of it)
+	seenRV    string    // the newest resourceVersion seen (records and deletions): older ones are ignored
 
 	// everSeen: this process has seen the Lease exist (or be deleted). absentSince/absentWait time
 	// an absent Lease from the first sighting of its absence.
 	everSeen    bool
 	absentSince time.Time
 	absentWait  time.Duration
+	absentOurs  bool // we held a valid token as we learned of the absence (see mayCreate)
 	// longest is the longest leaseDurationSeconds seen on the Lease since the last release seen.
 	longest time.Duration
 	// ownRV is the resourceVersion of the record our last successful write produced (or that ours

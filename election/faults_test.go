@@ -139,13 +139,13 @@ func TestACandidateNeverTrustsAShortenedDuration(t *testing.T) {
 func TestClockRatesWithinTheMarginNeverOverlap(t *testing.T) {
 	truth := clocktesting.NewFakeClock(t0)
 	clockAt := func(rate float64) *simClock {
-		return &simClock{Clock: truth, true: truth, origin: truth.Now(), rate: rate}
+		return newSimClock(truth, 0, rate)
 	}
 	slow, fast := clockAt(1-MaxClockRateDifference/2), clockAt(1+MaxClockRateDifference/2)
 	store := fake.NewLeaseStore()
 	mk := func(id string, c *simClock) *Election {
 		e := newElection(store, testConfig(lease, renew), Options{Identity: id, Clock: c, Logger: discard})
-		e.boot = c.bootTime
+		e.boot = c.bootReading
 		return e
 	}
 	holder, cand := mk("holder#1", slow), mk("candidate#2", fast)

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -348,5 +349,36 @@ func TestAnEpochAtItsLimitIsAnError(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "2147483648 does not fit spec.leaseTransitions") {
 		t.Fatalf("log does not say why the election stalls:\n%s", logs.String())
+	}
+}
+
+// A replayed event (or a read answered late) that shows an older, released record must not make a
+// candidate forget the longer duration it has seen since: records older than the newest seen are
+// ignored.
+func TestAReplayedReleaseNeverShortensTheWait(t *testing.T) {
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+	h1 := newSync(t, store, clk, "h1#1", 10*time.Second, 3*time.Second)
+	h2 := newSync(t, store, clk, "h2#2", 30*time.Second, 10*time.Second)
+	c := newSync(t, store, clk, "c#3", 10*time.Second, 3*time.Second)
+	c.handle(watchMsg{started: true})
+	h1.round(ctx)
+	if err := h1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := mustLease(t, store)
+	h2.round(ctx)
+	watched(t, c, store) // c sees h2's 30 s record
+	last := mustLease(t, store)
+	if err := store.Delete(ctx, testLease); err != nil {
+		t.Fatal(err)
+	}
+	gone := last.DeepCopy()
+	gone.ResourceVersion = strconv.FormatUint(store.ResourceVersion(), 10)
+	c.handle(watchMsg{ev: watch.Event{Type: watch.Deleted, Object: gone}})
+	c.handle(watchMsg{ev: watch.Event{Type: watch.Added, Object: released}}) // replayed
+	for h2.Token().Valid {
+		c.round(ctx)
+		notBothValid(t, "after the replayed release", h2, c)
+		clk.Step(time.Second)
 	}
 }

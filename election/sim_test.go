@@ -6,108 +6,154 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/noetl/ehdb-election/election/fake"
 )
 
-// The randomized simulation. N election processes share one in-memory store and one simulated
-// true clock; each process reads its own clock, with an offset of up to ±simMaxOffset and a rate
-// within the tolerated margin, and may be suspended (its monotonic clock stops, its boot clock does
-// not). Each process runs in a goroutine of its own, but the simulation decides, step by step,
-// which single thing happens next: a process starts a round or handles watch events, a request
-// reaches the store (or fails, or is applied with its answer lost), an answer reaches its process
-// (or the call times out, leaving the request in flight to arrive later), time passes, a process
-// crashes, pauses, is suspended, loses its watch or is shown an old event again, releases; and a
-// non-participant deletes the Lease or edits one of its spec fields. After every step it asserts,
-// on the true clock, from each process's Token() (dead ones included: their tokens lapse, they do
-// not vanish): never two valid tokens; per process, epochs only go up; across processes, every new
-// holding above every epoch before it (from the last outside fault that lowered the stored epoch
-// on: a delete or an edit of leaseTransitions — across those, monotonicity is the lease guard's).
-// Twice a run, faults stop and the simulation checks liveness: one valid holder within the lease
-// (the longest believed) + renew + the clock offsets' spread. The two faults the package doc names
-// as the cluster's to refuse (a Lease deleted before a process ever saw it; a create in flight across
-// a delete) are counted as documented gaps, not violations. The seed is printed on failure;
-// EHDB_SIM_SEED=<n> reruns one seed, EHDB_SIM_SEEDS=<n> runs more (make sim SIM_SEEDS=n).
+// The randomized simulation, no kinder than the API server and the machine. N election processes
+// share one in-memory store (fake.LeaseStore, which answers like the API server) and one
+// simulated true clock. Each seed picks:
+//
+//   - the configurations: one, or two (a rolling update that changes the lease duration and the
+//     renew interval); every process, first or restarted, takes one of them at random;
+//   - the clocks (sim_clock_test.go): offsets of up to ±simMaxOffset and rates within the tolerated
+//     margin; the production clock path — the suspend check reads the process's wall clock, which
+//     is stepped forward and back and slewed; a suspend stops the monotonic clock only, a VM freeze
+//     stops both;
+//   - the mode: most seeds drive the decision functions step by step (round and handle, called by
+//     the simulation: sim_step_test.go); a share runs the real driver — Election.run, watchLoop, the
+//     events buffer, Release's cancel-and-wait, Release from OnEvent — in a synctest bubble, where
+//     the simulation's scheduler acts only when every goroutine of the run is blocked
+//     (sim_loop_test.go says what it can and cannot explore).
+//
+// Every step, one thing happens: time passes, a request reaches the store (or fails, or is applied
+// with its answer lost), an answer reaches its process (or its call times out, the request staying
+// in flight), a process runs a round or handles watch events, pauses, is suspended or frozen, has
+// its wall clock stepped or slewed, loses its watch or is shown an old event, crashes, or releases
+// — from any state: standby, lost, never held — and a new process takes its place, sometimes with
+// the identity of another (two processes sharing one by mistake); or an outsider deletes the Lease
+// or writes any value the API server accepts into it (sim_edits_test.go), each write tagged with
+// whether the lease guard would admit it.
+//
+// After every step it asserts, on the true clock, from every process's Token() (dead ones too:
+// their tokens lapse, they do not vanish), that no two tokens are valid at once, unless the overlap
+// matches one of the package doc's named non-guarantees by an exact condition (sim_check_test.go);
+// the overlaps excused are counted per name. Per process, epochs only go up; across processes,
+// every new holding is above every epoch before it (from the last outside fault that lowered the
+// stored epoch on). Twice a run the faults stop and liveness is checked. A failure prints a line
+// with "seed" and "rerun" (hack/mutants greps for both); EHDB_SIM_SEED=<n> reruns one seed,
+// EHDB_SIM_SEEDS=<n> runs more (make sim), EHDB_SIM_TRACE=<n> prints more of the trace.
 
 const (
-	simLease     = 10 * time.Second
-	simRenew     = 3 * time.Second
 	simProcs     = 3
-	simSteps     = 4000
+	simSteps     = 6000
 	simMaxOffset = 3 * time.Minute
+	// simLivenessCap: a quiet phase longer than this is not run (an outside edit to an extreme
+	// duration or renewTime may rightly stall takeovers for years); such phases are counted.
+	simLivenessCap = 10 * time.Minute
 )
 
-// simClock is one process's clock: an offset and a rate against the true clock, and a monotonic
-// reading that stands still while the process is suspended. Only Now and Since are used: the
-// simulation drives rounds itself, the timers of the embedded clock never run.
-type simClock struct {
-	clock.Clock
-	true        *clocktesting.FakeClock
-	origin      time.Time // true time at the process's start
-	offset      time.Duration
-	rate        float64
-	lost        time.Duration // true time spent suspended, before the current suspension
-	suspendedAt time.Time     // zero unless suspended now
+// simConfigs are the lease/renew pairs a seed draws from (whole seconds, as ParseConfig gives).
+var simConfigs = []simConfig{
+	{3 * time.Second, time.Second}, {5 * time.Second, 2 * time.Second}, {10 * time.Second, 3 * time.Second},
+	{10 * time.Second, 5 * time.Second}, {15 * time.Second, 5 * time.Second}, {30 * time.Second, 10 * time.Second},
+	{30 * time.Second, 2 * time.Second},
 }
 
-func (c *simClock) mono() time.Duration {
-	now := c.true.Now()
-	el := now.Sub(c.origin) - c.lost
-	if !c.suspendedAt.IsZero() {
-		el -= now.Sub(c.suspendedAt)
-	}
-	return time.Duration(float64(el) * c.rate)
-}
-
-func (c *simClock) Now() time.Time                  { return c.origin.Add(c.offset + c.mono()) }
-func (c *simClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
-func (c *simClock) bootTime() time.Duration {
-	return time.Duration(float64(c.true.Now().Sub(c.origin)) * c.rate)
-}
+type simConfig struct{ lease, renew time.Duration }
 
 type simResult struct {
 	l   *coordinationv1.Lease
 	err error
 }
 
+// simOp is one store call of a process, from its send to its answer (or beyond: a call that timed
+// out may still reach the store later).
 type simOp struct {
 	p       *simProc
 	what    string
-	issued  time.Time
-	blind   bool      // a create by a process that never saw the Lease exist
-	absent  time.Time // true time the creator began timing the absence it acts on
+	issued  time.Time             // true time of the send
+	req     *coordinationv1.Lease // what an update sent
+	baseRec *coordinationv1.Lease // the stored record an update replaced
 	apply   func() (*coordinationv1.Lease, error)
 	applied bool
+	landed  time.Time // true time it was applied
+	seq     int       // order of application
 	res     simResult
 	resp    chan simResult
+	gone    bool // the caller stopped waiting (its context ended)
+
+	// What the sender knew as it sent (for the exact conditions of the non-guarantees).
+	blind     bool          // a create by a process that never saw the Lease exist
+	timerFrom time.Time     // true time the sender began timing the absence it acts on
+	watchFrom time.Time     // true time its unbroken watch began; zero: not watching
+	sawN      int           // how much of its sawList it had been shown
+	handled   uint64        // watch events its driver had handled
+	forged    bool          // an update on a record version an outsider blanked (a forged release)
+	prev      *simHolding   // the sender's own holding, still valid as it sent
+	waited    time.Duration // how long the sender waited out the record (or absence) it acts on
+}
+
+// simHolding is one epoch a process minted: the write that took it.
+type simHolding struct {
+	op       *simOp
+	uid      types.UID
+	duration time.Duration // the duration its record states
+	epoch    uint64
 }
 
 type simProc struct {
 	n    int
 	e    *Election
 	clk  *simClock
+	cfg  simConfig
 	last uint64 // the last epoch this process held
 	// absentSince mirrors the election's d.absentSince; absentTrue is when (true time) it was set.
 	absentSince, absentTrue time.Time
-	cmds                    chan func()
-	idle                    chan struct{}
 	op                      *simOp // the call this process is waiting on
-	w                       watch.Interface
 	paused                  bool
 	done                    bool // gets no more commands (crashed or released)
 	crashed                 bool // gets no more answers either
 	epoch                   uint64
+	holdings                map[uint64]*simHolding
+	lastSend                time.Time   // true time of the send of its last successful write as holder
+	sawList                 []types.UID // incarnations its answers showed it, in order
+	delivered               []types.UID // the incarnation of every watch event handed to the process, in order
+	watchFrom               time.Time   // true time its current watch began; zero: none
+
+	// step mode
+	cmds chan func()
+	idle chan struct{}
+	w    watch.Interface
+
+	// loop mode
+	cancel    context.CancelFunc
+	sw        *simWatch
+	watchDown bool // Watch calls fail
+	releasing bool
+	replaced  bool      // a new process took its place
+	retired   bool      // dead, its token lapsed, nothing in flight: it can never be valid again
+	blindFrom bool      // it created the Lease without ever having seen it exist
+	started   time.Time // true time it started
+	wakes     int       // rounds run (step mode) or timers fired (loop mode) in the quiet phase
+}
+
+// simInc is one incarnation of the Lease (create to delete).
+type simInc struct {
+	created, deleted time.Time
 }
 
 type sim struct {
@@ -127,93 +173,109 @@ type sim struct {
 	valid    *simProc
 	acquired int
 	failed   bool
+	failMsg  string
+	applied  int        // requests that reached the store
+	quiesced bool       // loop mode: the current step has waited for quiescence
+	mu       sync.Mutex // the parts process goroutines write in loop mode
 
-	drift      bool           // processes' clocks have offsets and rates
-	tick       time.Duration  // the usual most time passes in one step
-	tight      bool           // fine steps, clocks at the margin's edges, holders dying right after a write
-	history    []watch.Event  // every change of the Lease, for replays of old events
-	lastDelete time.Time      // true time of the last delete
-	taintUntil time.Time      // overlaps until then are a documented gap's
-	gaps       int            // overlaps in the documented gaps
-	steps      int            // every step taken, random and quiet
-	faults     map[string]int // outside faults injected, by kind
-	quiet      bool           // liveness phase: no faults, every request answered
-}
+	loop     bool
+	configs  []simConfig
+	maxLease time.Duration
+	maxRenew time.Duration
+	drift    bool          // processes' clocks have offsets and rates
+	tick     time.Duration // the usual most time passes in one step
+	tight    bool          // fine steps, clocks at the margin's edges, holders dying right after a write
+	history  []watch.Event // every change of the Lease, for replays of old events
+	steps    int           // every step taken, random and quiet
+	faults   map[string]int
+	excused  map[string]int // steps with an overlap, by the non-guarantee that excuses it
+	quiet    bool           // liveness phase: no faults, every request answered
+	skipped  int            // liveness phases not run (an extreme outside edit)
+	limit    int            // liveness phases that met the epoch limit
 
-// simStore is one process's view of the store: every call is handed to the simulation.
-type simStore struct {
-	s *sim
-	p *simProc
-}
-
-func (st simStore) do(what string, f func() (*coordinationv1.Lease, error)) (*coordinationv1.Lease, error) {
-	// Runs on the process's goroutine, which owns its election's state.
-	op := &simOp{p: st.p, what: what, issued: st.s.clk.Now(), apply: f, resp: make(chan simResult, 1),
-		blind: what == "create" && !st.p.e.d.everSeen}
-	st.s.ops <- op
-	r := <-op.resp
-	return r.l, r.err
-}
-
-func (st simStore) Get(_ context.Context, name string) (*coordinationv1.Lease, error) {
-	return st.do("get", func() (*coordinationv1.Lease, error) { return st.s.mem.Get(context.Background(), name) })
-}
-
-func (st simStore) Create(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	return st.do("create", func() (*coordinationv1.Lease, error) { return st.s.mem.Create(context.Background(), l) })
-}
-
-func (st simStore) Update(_ context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	return st.do("update", func() (*coordinationv1.Lease, error) { return st.s.mem.Update(context.Background(), l) })
+	incs    map[types.UID]*simInc
+	refused []time.Time     // true times of outside writes the lease guard would refuse
+	forged  map[string]bool // record versions an outsider blanked
+	// rvHolding is, per stored version, the participant holding that last wrote its lineage (a
+	// release: the holding it ended); outside edits carry it on.
+	rvHolding map[string]*simHolding
+	// forgedReleases are the outside writes that blanked a held record.
+	forgedReleases []simForged
+	guard          map[string]int // participants' writes the lease guard would refuse, by rule
 }
 
 func (s *sim) logf(format string, args ...any) {
-	s.trace = append(s.trace, fmt.Sprintf("%8.3fs ", s.clk.Since(t0).Seconds())+fmt.Sprintf(format, args...))
+	line := fmt.Sprintf("%8.3fs ", s.clk.Since(t0).Seconds()) + fmt.Sprintf(format, args...)
+	s.mu.Lock()
+	s.trace = append(s.trace, line)
+	if len(s.trace) > 4096 {
+		s.trace = append(s.trace[:0:0], s.trace[len(s.trace)-2048:]...)
+	}
+	s.mu.Unlock()
 }
 
 func (s *sim) fail(format string, args ...any) {
+	s.mu.Lock()
 	if s.failed {
+		s.mu.Unlock()
 		return
 	}
 	s.failed = true
-	tail := s.trace[max(0, len(s.trace)-simTrace()):]
-	s.t.Errorf("seed %d (rerun: EHDB_SIM_SEED=%d go test -run TestRandomizedSimulation ./election/): %s\nlast steps:\n%s",
-		s.seed, s.seed, fmt.Sprintf(format, args...), strings.Join(tail, "\n"))
+	tail := strings.Join(s.trace[max(0, len(s.trace)-simTrace()):], "\n")
+	s.mu.Unlock()
+	mode := "step"
+	if s.loop {
+		mode = "loop"
+	}
+	// Reported by the caller, outside the bubble in loop mode (a failed bubble ends the test).
+	s.failMsg = fmt.Sprintf("seed %d (rerun: EHDB_SIM_SEED=%d go test -run 'TestRandomizedSimulation$' ./election/) [%s mode]: %s\nlast steps:\n%s",
+		s.seed, s.seed, mode, fmt.Sprintf(format, args...), tail)
 }
 
 func (s *sim) spawn() {
-	p := &simProc{n: len(s.procs), cmds: make(chan func()), idle: make(chan struct{})}
-	p.clk = &simClock{Clock: s.clk, true: s.clk, origin: s.clk.Now(), rate: 1}
+	p := &simProc{n: len(s.procs), holdings: map[uint64]*simHolding{}, started: s.clk.Now()}
+	p.cfg = s.configs[s.rng.Intn(len(s.configs))]
+	var offset time.Duration
+	rate := 1.0
 	if s.drift {
 		// Rates within ±margin/2 of the true clock: any two differ by at most the margin.
-		p.clk.offset = time.Duration(s.rng.Int63n(int64(2*simMaxOffset))) - simMaxOffset
-		p.clk.rate = 1 + (s.rng.Float64()-0.5)*MaxClockRateDifference
+		offset = time.Duration(s.rng.Int63n(int64(2*simMaxOffset))) - simMaxOffset
+		rate = 1 + (s.rng.Float64()-0.5)*MaxClockRateDifference
 		if s.tight {
-			p.clk.offset = 0 // the wall clocks drift apart by the rates alone
+			offset = 0 // the wall clocks drift apart by the rates alone
 		}
 		if s.tight || s.rng.Intn(2) == 0 { // at the edge of the margin, where it is tight
-			p.clk.rate = 1 + float64(2*s.rng.Intn(2)-1)*MaxClockRateDifference/2
+			rate = 1 + float64(2*s.rng.Intn(2)-1)*MaxClockRateDifference/2
 		}
 	}
-	p.e = newElection(simStore{s: s, p: p}, testConfig(simLease, simRenew), Options{
-		Identity: NewIdentity(fmt.Sprintf("writer-%d", p.n)), Clock: p.clk, Logger: discard,
+	p.clk = newSimClock(s.clk, offset, rate)
+	identity := NewIdentity(fmt.Sprintf("writer-%d", p.n))
+	if len(s.procs) > 0 && s.rng.Intn(12) == 0 {
+		// Two processes with one identity, by mistake (a copied Options.Identity).
+		identity = s.procs[s.rng.Intn(len(s.procs))].e.identity
+	}
+	p.e = newElection(simStore{s: s, p: p}, testConfig(p.cfg.lease, p.cfg.renew), Options{
+		Identity: identity, Clock: p.clk, Logger: discard,
 		OnEvent: func(ev Event) { s.onEvent(p, ev) },
 	})
-	p.e.boot = p.clk.bootTime
-	done := make(chan struct{})
-	close(done)
-	p.e.done, p.e.cancel = done, func() {}
-	go func() {
-		for f := range p.cmds {
-			f()
-			p.idle <- struct{}{}
-		}
-	}()
+	// The production suspend check: the wall clock, not a perfect boot clock.
+	p.e.boot = p.clk.bootReading
 	s.procs = append(s.procs, p)
-	s.logf("p%d starts", p.n)
-	if s.rng.Intn(4) != 0 {
-		s.startWatch(p)
+	s.logf("p%d starts (lease %v, renew %v, identity of p%d)", p.n, p.cfg.lease, p.cfg.renew, s.identityOwner(identity))
+	if s.loop {
+		s.startLoop(p)
+		return
 	}
+	s.startStep(p)
+}
+
+func (s *sim) identityOwner(id string) int {
+	for _, p := range s.procs {
+		if p.e.identity == id {
+			return p.n
+		}
+	}
+	return -1
 }
 
 func (s *sim) onEvent(p *simProc, ev Event) {
@@ -224,22 +286,44 @@ func (s *sim) onEvent(p *simProc, ev Event) {
 			s.fail("p%d %s epoch %d after holding epoch %d", p.n, ev.Outcome, ev.Epoch, p.last)
 		}
 		if ev.Epoch != p.last {
+			s.mu.Lock()
 			s.acquired++
+			s.mu.Unlock()
 			s.logf("p%d %s epoch %d", p.n, ev.Outcome, ev.Epoch)
 		}
 		p.last, p.epoch = ev.Epoch, ev.Epoch
 	case Lost, Released:
 		s.logf("p%d %s epoch %d", p.n, ev.Outcome, ev.Epoch)
 	}
+	if s.loop && !s.quiet && !p.done && s.rng.Intn(150) == 0 {
+		// Release from OnEvent, on the election's own goroutine. (The rng is the scheduler's,
+		// but only one process runs between two of its steps.)
+		p.done, p.releasing = true, true
+		s.logf("p%d releases from OnEvent (%s)", p.n, ev.Outcome)
+		_ = p.e.Release(context.Background())
+	}
 }
 
 // noteWrite checks a participant's write as the store applies it (answer or not): an epoch belongs
 // to one process, and each new one is above every epoch before it (since the last outside fault
 // that lowered the stored epoch).
-func (s *sim) noteWrite(p *simProc, l *coordinationv1.Lease) {
+func (s *sim) noteWrite(op *simOp, l *coordinationv1.Lease) {
+	p := op.p
+	if op.what == "update" && op.baseRec != nil {
+		if r := guardRefusal(op.baseRec, l); r != "" {
+			s.guard[r]++
+		}
+	}
 	ep := epochOf(l)
-	if holderOf(l) != p.e.identity || s.before[ep] == p {
-		return // a release; or a holding from before an epoch-lowering fault goes on
+	if holderOf(l) != p.e.identity {
+		return // a release
+	}
+	if h, ok := p.holdings[ep]; !ok || op.what == "create" || h.uid != l.UID {
+		// A new holding (the same epoch again: a create by a process that knows of none).
+		p.holdings[ep] = &simHolding{op: op, uid: l.UID, epoch: ep, duration: time.Duration(durationSecsOf(l)) * time.Second}
+	}
+	if s.before[ep] == p {
+		return // a holding from before an epoch-lowering fault goes on
 	}
 	if owner, ok := s.owner[ep]; ok {
 		if owner != p {
@@ -252,57 +336,6 @@ func (s *sim) noteWrite(p *simProc, l *coordinationv1.Lease) {
 	}
 	s.owner[ep] = p
 	s.maxEpoch = max(s.maxEpoch, ep)
-}
-
-// run gives p a command and waits until p blocks on a store call or finishes.
-func (s *sim) run(p *simProc, f func()) {
-	p.cmds <- f
-	s.await(p)
-}
-
-func (s *sim) await(p *simProc) {
-	select {
-	case op := <-s.ops:
-		if op.p != p {
-			s.t.Fatalf("seed %d: a call from p%d while p%d ran", s.seed, op.p.n, p.n)
-		}
-		s.noteAbsence(p)
-		op.absent = p.absentTrue
-		p.op = op
-	case <-p.idle:
-		s.noteAbsence(p)
-		p.op = nil
-	}
-	s.check()
-}
-
-// noteAbsence records on the true clock when p began timing an absence (p is blocked or idle).
-func (s *sim) noteAbsence(p *simProc) {
-	if a := p.e.d.absentSince; !a.Equal(p.absentSince) {
-		p.absentSince, p.absentTrue = a, s.clk.Now()
-	}
-}
-
-func (s *sim) answer(p *simProc, r simResult) {
-	op := p.op
-	p.op = nil
-	op.resp <- r
-	s.await(p)
-}
-
-func (s *sim) startWatch(p *simProc) {
-	w, err := s.mem.Watch(context.Background(), testLease)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	p.w = w
-	s.run(p, func() { p.e.handle(watchMsg{started: true}) })
-}
-
-func (s *sim) stopWatch(p *simProc) {
-	p.w.Stop()
-	p.w = nil
-	s.run(p, func() { p.e.handle(watchMsg{ended: true}) })
 }
 
 var simErrors = []error{
@@ -335,8 +368,13 @@ func (s *sim) pick(ps []*simProc, ok func(*simProc) bool) *simProc {
 	return c[s.rng.Intn(len(c))]
 }
 
+// applyOp lets a request reach the store: it fails on the way, or is applied (and its answer may
+// be lost).
 func (s *sim) applyOp(op *simOp) {
 	op.applied = true
+	op.landed = s.clk.Now()
+	s.applied++
+	op.seq = s.applied
 	r := s.rng.Intn(100)
 	if s.quiet {
 		r = 99
@@ -346,27 +384,40 @@ func (s *sim) applyOp(op *simOp) {
 		op.res = simResult{err: simErrors[s.rng.Intn(len(simErrors))]}
 		s.logf("p%d %s fails: %v", op.p.n, op.what, op.res.err)
 	default:
+		if op.what == "update" {
+			if cur, err := s.mem.Get(context.Background(), testLease); err == nil && cur.ResourceVersion == op.req.ResourceVersion {
+				op.baseRec = cur
+				op.forged = s.forged[cur.ResourceVersion]
+			}
+		}
 		l, err := op.apply()
 		op.res = simResult{l, err}
-		if op.what == "create" && err == nil && (op.blind || s.lastDelete.After(op.absent)) {
-			// Documented gaps: the creator never saw the Lease exist, or the Lease was created
-			// and deleted again, unseen by the creator, after it began timing the absence (or
-			// while its create was in flight). Only a cluster that refuses deletes closes them.
-			// Until every token that may be valid now has lapsed, an overlap is this gap's, and
-			// the epochs start again from the created one.
-			s.taintUntil = s.clk.Now().Add(simLease + simLease/50)
-			s.epochLowered(epochOf(l) - 1)
-			s.logf("p%d create of epoch %d is in a documented gap (blind %v)", op.p.n, epochOf(l), op.blind)
+		if err == nil && op.what == "create" {
+			s.incs[l.UID] = &simInc{created: op.landed}
+			op.p.blindFrom = op.p.blindFrom || op.blind
 		}
 		if err == nil && op.what != "get" {
-			s.noteWrite(op.p, l)
+			s.noteWrite(op, l)
+			// The lineage: this version carries the writer's holding (a release, the one it ends).
+			s.rvHolding[l.ResourceVersion] = op.p.holdings[epochOf(l)]
 		}
 		if r < 14 && !s.quiet { // applied, but the answer is lost
 			op.res = simResult{err: fmt.Errorf("read: %w", context.DeadlineExceeded)}
 		}
-		s.logf("p%d %s applied (rv %s, err %v)%s", op.p.n, op.what, rvOf(l), err, map[bool]string{true: ", answer lost"}[r < 14])
+		s.logf("p%d %s applied (rv %s, err %v)%s", op.p.n, op.what, rvOf(l), err, map[bool]string{true: ", answer lost"}[r < 14 && !s.quiet])
 	}
 	s.checkStored()
+}
+
+// shown records what an answer showed its process, as it reaches it.
+func (s *sim) shown(p *simProc, op *simOp, r simResult) {
+	if r.err != nil || r.l == nil {
+		return
+	}
+	s.noteSeen(p, r.l)
+	if op.what != "get" && holderOf(r.l) == p.e.identity {
+		p.lastSend = op.issued
+	}
 }
 
 // checkStored: the stored epoch never goes down through the participants' writes.
@@ -387,238 +438,11 @@ func rvOf(l *coordinationv1.Lease) string {
 	return l.ResourceVersion
 }
 
-func (s *sim) step() {
-	s.steps++
-	defer s.record()
-	live := s.live()
-	r := s.rng.Intn(1000)
-	if r >= 990 {
-		s.outsideFault(live, r)
-		return
+// noteAbsence records on the true clock when p began timing an absence.
+func (s *sim) noteAbsence(p *simProc) {
+	if a := p.e.d.absentSince; !a.Equal(p.absentSince) {
+		p.absentSince, p.absentTrue = a, s.clk.Now()
 	}
-	switch {
-	case r < 250: // time passes
-		d := time.Duration(s.rng.Int63n(int64(s.tick)))
-		switch s.rng.Intn(20) {
-		case 0:
-			d = time.Duration(s.rng.Int63n(int64(2 * simLease)))
-		case 1, 2, 3, 4, 5, 6:
-			// To the instant the first driver would wake (a real driver's timer fires there):
-			// boundaries are where an off-by-a-little in the rules shows.
-			if w, ok := s.nextWake(live); ok {
-				d = w
-			}
-		}
-		s.clk.Step(d)
-	case r < 450: // a request reaches the store
-		var pending []*simOp
-		for _, p := range s.procs {
-			if p.op != nil && !p.op.applied {
-				pending = append(pending, p.op)
-			}
-		}
-		if len(pending)+len(s.orphans) == 0 {
-			return
-		}
-		i := s.rng.Intn(len(pending) + len(s.orphans))
-		if i < len(pending) {
-			s.applyOp(pending[i])
-			return
-		}
-		i -= len(pending)
-		op := s.orphans[i]
-		s.orphans = append(s.orphans[:i], s.orphans[i+1:]...)
-		s.logf("a request that timed out arrives late:")
-		s.applyOp(op)
-	case r < 700: // an answer reaches its process, or its call times out
-		p := s.pick(s.procs, func(p *simProc) bool { return p.op != nil && !p.paused && !p.crashed })
-		if p == nil {
-			return
-		}
-		op := p.op
-		if s.clk.Since(op.issued) > p.e.callTimeout {
-			if !op.applied {
-				s.orphans = append(s.orphans, op)
-			}
-			s.logf("p%d %s times out", p.n, op.what)
-			s.answer(p, simResult{err: fmt.Errorf("%s: %w", op.what, context.DeadlineExceeded)})
-			return
-		}
-		if op.applied {
-			s.answer(p, op.res)
-			if s.tight && p.e.Token().Valid && s.rng.Intn(4) == 0 {
-				// The holder dies right after a successful write, and the others hear of that
-				// write at once: the candidates' wait starts at the holder's send, the tightest
-				// case for the clock-rate margin.
-				s.crash(p)
-				s.deliverAll()
-			}
-		}
-	case r < 930: // an idle process runs a round or handles watch events
-		p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused })
-		if p == nil {
-			return
-		}
-		if p.w != nil && s.rng.Intn(2) == 0 {
-			for k := s.rng.Intn(3) + 1; k > 0; k-- {
-				select {
-				case ev, ok := <-p.w.ResultChan():
-					if !ok {
-						p.w = nil
-						s.run(p, func() { p.e.handle(watchMsg{ended: true}) })
-						return
-					}
-					s.run(p, func() { p.e.handle(watchMsg{ev: ev}) })
-				default:
-					return
-				}
-			}
-			return
-		}
-		if p.e.nextDelay() <= 0 || s.rng.Intn(10) == 0 {
-			s.run(p, func() { p.e.round(context.Background()) })
-		}
-	case r < 945: // pause or resume
-		if p := s.pick(live, func(p *simProc) bool { return p.clk.suspendedAt.IsZero() }); p != nil {
-			p.paused = !p.paused
-			s.logf("p%d paused=%v", p.n, p.paused)
-		}
-	case r < 950: // suspend (the monotonic clock stops too) or resume
-		if p := s.pick(live, func(p *simProc) bool { return p.paused == !p.clk.suspendedAt.IsZero() }); p != nil {
-			if p.clk.suspendedAt.IsZero() {
-				p.clk.suspendedAt, p.paused = s.clk.Now(), true
-				s.faults["suspend"]++
-				s.logf("p%d suspended", p.n)
-			} else {
-				p.clk.lost += s.clk.Since(p.clk.suspendedAt)
-				p.clk.suspendedAt, p.paused = time.Time{}, false
-				s.logf("p%d resumed", p.n)
-			}
-		}
-	case r < 970: // a watch breaks or comes back
-		p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused })
-		if p == nil {
-			return
-		}
-		if p.w != nil {
-			s.logf("p%d watch breaks", p.n)
-			s.stopWatch(p)
-		} else {
-			s.logf("p%d watch starts", p.n)
-			s.startWatch(p)
-		}
-	case r < 975: // an old event shown again (a replay across a reconnect, out of order)
-		p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused })
-		if p == nil || len(s.history) == 0 {
-			return
-		}
-		ev := s.history[s.rng.Intn(len(s.history))]
-		s.faults["replay"]++
-		s.logf("p%d is shown an old %s (rv %s)", p.n, ev.Type, ev.Object.(*coordinationv1.Lease).ResourceVersion)
-		s.run(p, func() { p.e.handle(watchMsg{ev: ev}) })
-	case r < 985: // a crash, and a new process in its place
-		if p := s.pick(live, func(*simProc) bool { return true }); p != nil {
-			s.crash(p)
-		}
-	case r < 990: // a graceful shutdown
-		if p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused && p.e.Token().Valid }); p != nil {
-			p.done = true
-			if p.w != nil {
-				p.w.Stop()
-			}
-			s.logf("p%d releases", p.n)
-			s.run(p, func() { _ = p.e.Release(context.Background()) })
-			s.spawn()
-		}
-	}
-}
-
-func (s *sim) crash(p *simProc) {
-	p.done, p.crashed = true, true
-	if p.w != nil {
-		p.w.Stop()
-	}
-	s.logf("p%d crashes", p.n)
-	s.spawn()
-}
-
-// deliverAll lets every idle, running process with a watch handle its pending events now.
-func (s *sim) deliverAll() {
-	for _, p := range s.live() {
-		for p.op == nil && !p.paused && p.w != nil {
-			ev, ok := s.nextEvent(p)
-			if !ok {
-				break
-			}
-			s.run(p, func() { p.e.handle(watchMsg{ev: ev}) })
-		}
-	}
-}
-
-// nextWake is the true time until the earliest live, running process's driver would wake.
-func (s *sim) nextWake(live []*simProc) (time.Duration, bool) {
-	var best time.Duration
-	found := false
-	for _, p := range live {
-		if p.paused || p.op != nil {
-			continue
-		}
-		if d := time.Duration(float64(p.e.nextDelay())/p.clk.rate) + time.Nanosecond; d > 0 && (!found || d < best) {
-			best, found = d, true
-		}
-	}
-	return best, found && best < 2*simLease
-}
-
-// outsideFault is a non-participant's delete or kubectl edit of the Lease.
-func (s *sim) outsideFault(live []*simProc, r int) {
-	cur, err := s.mem.Get(context.Background(), testLease)
-	if err != nil {
-		return
-	}
-	if r < 993 {
-		if err := s.mem.Delete(context.Background(), testLease); err != nil {
-			s.t.Fatal(err)
-		}
-		s.faults["delete"]++
-		s.lastDelete = s.clk.Now()
-		s.epochLowered(0)
-		s.logf("outsider deletes the lease (epoch %d)", epochOf(cur))
-		return
-	}
-	next := cur.DeepCopy()
-	var what string
-	switch s.rng.Intn(4) {
-	case 0:
-		// Another name: an intruder's or a participant's. Never "" — an impersonated release is
-		// the one edit no client can tell from the real thing (the package doc says so).
-		who := "intruder#1"
-		if p := s.pick(s.procs, func(*simProc) bool { return s.rng.Intn(2) == 0 }); p != nil {
-			who = p.e.identity
-		}
-		next.Spec.HolderIdentity, what = &who, "holder="+who
-	case 1:
-		rt := metav1.NewMicroTime(s.clk.Now().Add(time.Duration(s.rng.Int63n(int64(4*simLease))) - 2*simLease))
-		next.Spec.RenewTime, what = &rt, "renewTime="+rt.String()
-	case 2:
-		// Mostly shorter than the holders' own duration: the edit that must not shorten a wait.
-		secs := int32(1 + s.rng.Intn(int(simLease/time.Second)))
-		if s.rng.Intn(4) == 0 {
-			secs = int32(1 + s.rng.Intn(int(2*simLease/time.Second)))
-		}
-		next.Spec.LeaseDurationSeconds, what = &secs, fmt.Sprintf("leaseDurationSeconds=%d", secs)
-	case 3:
-		ep := int32(s.rng.Intn(int(epochOf(cur)) + 4))
-		next.Spec.LeaseTransitions, what = &ep, fmt.Sprintf("leaseTransitions=%d", ep)
-		if uint64(ep) < epochOf(cur) {
-			s.epochLowered(uint64(ep))
-		}
-	}
-	if _, err := s.mem.Update(context.Background(), next); err != nil {
-		s.t.Fatal(err)
-	}
-	s.faults["edit "+strings.SplitN(what, "=", 2)[0]]++
-	s.logf("outsider edits %s", what)
 }
 
 // epochLowered restarts the cross-process epoch checks from the stored epoch an outside fault left:
@@ -644,169 +468,75 @@ func (s *sim) record() {
 	case err != nil && last != nil && s.history[len(s.history)-1].Type != watch.Deleted:
 		s.history = append(s.history, watch.Event{Type: watch.Deleted, Object: last})
 	}
+	if len(s.history) > 512 {
+		s.history = append(s.history[:0:0], s.history[256:]...)
+	}
 }
 
-// check asserts the safety properties at the current instant.
-func (s *sim) check() {
-	var valid []*simProc
-	for _, p := range s.procs {
-		if p.e.Token().Valid {
-			valid = append(valid, p)
-		}
+// clockFault: a suspend (monotonic clock stops), a VM freeze (both stop), a wall-clock step
+// (forward or back; after a freeze, often the NTP correction of what it missed) or a slew.
+func (s *sim) clockFault(live []*simProc) {
+	p := s.pick(live, func(*simProc) bool { return true })
+	if p == nil {
+		return
 	}
-	if len(valid) > 1 {
-		if !s.clk.Now().After(s.taintUntil) {
-			s.gaps++
+	c := p.clk
+	switch k := s.rng.Intn(10); {
+	case k < 4: // suspend or resume (a suspended process runs nothing)
+		if c.isFrozen() {
 			return
 		}
-		var who []string
-		for _, p := range valid {
-			who = append(who, fmt.Sprintf("p%d epoch %d", p.n, p.e.Token().Epoch))
+		on := !c.isSuspended()
+		if on && p.paused {
+			return
 		}
-		s.fail("two valid tokens at once: %s", strings.Join(who, ", "))
-	}
-	if len(valid) == 1 && valid[0] != s.valid {
-		if v := valid[0]; s.valid != nil && v.e.Token().Epoch <= s.valid.epoch &&
-			s.owner[s.valid.epoch] == s.valid && s.before[v.e.Token().Epoch] != v && s.clk.Now().After(s.taintUntil) {
-			s.fail("p%d became valid with epoch %d after p%d with epoch %d", valid[0].n, valid[0].e.Token().Epoch, s.valid.n, s.valid.epoch)
+		c.setSuspended(on)
+		p.paused = on
+		s.faults["suspend"]++
+		s.logf("p%d suspended=%v", p.n, on)
+	case k < 6: // VM freeze or thaw
+		if c.isSuspended() {
+			return
 		}
-		s.valid = valid[0]
+		on := !c.isFrozen()
+		if on && p.paused {
+			return
+		}
+		c.setFrozen(on)
+		p.paused = on
+		s.faults["freeze"]++
+		s.logf("p%d frozen=%v", p.n, on)
+		if !on && s.rng.Intn(2) == 0 {
+			f := c.freezes[len(c.freezes)-1]
+			c.stepWall(f[1].Sub(f[0]))
+			s.logf("p%d wall clock corrected by %v", p.n, f[1].Sub(f[0]))
+		}
+	case k < 9: // a wall step: back to the true time, or anywhere within the offsets
+		var d time.Duration
+		if s.rng.Intn(2) == 0 {
+			d = s.clk.Now().Sub(c.wall())
+		} else {
+			d = time.Duration(s.rng.Int63n(int64(2*simMaxOffset))) - simMaxOffset
+		}
+		if d < 0 && simExploreNoStepBack && c.suspendedSince(p.lastSend) {
+			return
+		}
+		c.stepWall(d)
+		s.faults["wall step"]++
+		s.logf("p%d wall clock steps by %v", p.n, d)
+	default: // an NTP slew (500 ppm, either way) starts or ends
+		f := []float64{1, 1 + 500e-6, 1 - 500e-6}[s.rng.Intn(3)]
+		c.setSlew(f)
+		s.faults["slew"]++
+		s.logf("p%d wall clock slews at %v", p.n, f)
 	}
 }
 
-func (s *sim) close() {
-	for _, p := range s.procs {
-		for p.op != nil {
-			s.answer(p, simResult{err: context.Canceled})
-		}
-		close(p.cmds)
-		if p.w != nil {
-			p.w.Stop()
-		}
-	}
-}
-
-// quietPhase stops every fault: suspended and paused processes resume, requests in flight land or
-// are dropped, every request is answered at once, watch events are handled as they come, each
-// process runs its rounds when its driver would. After the lease (the longest any process believes
-// in) + renew + the spread of the clock offsets (a candidate also waits for the record to expire by
-// its own wall clock) + a margin for the clock rates, exactly one process must hold a valid token.
-func (s *sim) quietPhase() {
-	s.quiet = true
-	defer func() { s.quiet = false }()
-	for _, p := range s.live() {
-		if !p.clk.suspendedAt.IsZero() {
-			p.clk.lost += s.clk.Since(p.clk.suspendedAt)
-			p.clk.suspendedAt = time.Time{}
-		}
-		p.paused = false
-	}
-	s.orphans = nil
-	s.settle()
-	// As each driver's watch loop would: the watches come back (an absence counts only under one).
-	for _, p := range s.live() {
-		if p.w == nil {
-			s.startWatch(p)
-			s.settle()
-		}
-	}
-	// How far apart the clocks that wrote and read renewTimes are now: the offsets, plus what the
-	// rates and suspends (a suspended clock falls behind) have added since each process started.
-	// Every process counts, the dead too (the record may carry a dead writer's renewTime), and the
-	// true clock (an outsider's edit).
-	var minOff, maxOff time.Duration
-	for _, p := range s.procs {
-		off := p.clk.Now().Sub(s.clk.Now())
-		minOff, maxOff = min(minOff, off), max(maxOff, off)
-	}
-	longest := simLease
-	stored, _ := s.mem.Get(context.Background(), testLease)
-	for _, p := range s.live() {
-		longest = max(longest, p.e.believed(p.e.d.rec), p.e.believed(stored), p.e.d.absentWait)
-	}
-	// An outsider may have written a renewTime in the future: the record then stays live (by the
-	// spec's rule) until that instant plus its duration, whatever the candidates' monotonic clocks.
-	var ahead time.Duration
-	if l, err := s.mem.Get(context.Background(), testLease); err == nil && l.Spec.RenewTime != nil {
-		ahead = max(0, l.Spec.RenewTime.Sub(s.clk.Now()))
-	}
-	bound := longest + simRenew + (maxOff - minOff) + ahead + 2*longest/50 + time.Second
-	for end := s.clk.Now().Add(bound); s.clk.Now().Before(end) && !s.failed; {
-		// As the drivers would: to the next instant one of them wakes, at least every second.
-		d := time.Second
-		if w, ok := s.nextWake(s.live()); ok {
-			d = min(max(w, time.Millisecond), d)
-		}
-		s.clk.Step(min(d, end.Sub(s.clk.Now())))
-		s.steps++
-		for _, p := range s.live() {
-			for p.w != nil {
-				ev, ok := s.nextEvent(p)
-				if !ok {
-					break
-				}
-				s.run(p, func() { p.e.handle(watchMsg{ev: ev}) })
-				s.settle()
-			}
-			if p.e.nextDelay() <= 0 {
-				s.run(p, func() { p.e.round(context.Background()) })
-				s.settle()
-			}
-		}
-		s.check()
-		s.record()
-	}
-	var holders []string
-	for _, p := range s.procs {
-		if p.e.Token().Valid {
-			holders = append(holders, fmt.Sprintf("p%d", p.n))
-		}
-	}
-	if len(holders) != 1 && !s.failed {
-		var state []string
-		for _, p := range s.live() {
-			d := &p.e.d
-			state = append(state, fmt.Sprintf("p%d: rec holder %q rv %s, obs since %v ago, believed %v, absentWait %v, next %v, offset %v",
-				p.n, holderOf(d.rec), rvOf(d.rec), p.clk.Since(d.obs.since), p.e.believed(d.rec), d.absentWait, p.e.nextDelay(), p.clk.offset))
-		}
-		s.fail("liveness: %d valid holders (%v) after %v without faults\n%s", len(holders), holders, bound, strings.Join(state, "\n"))
-	}
-}
-
-// nextEvent takes one pending watch event of p, if any; a closed stream ends p's watch.
-func (s *sim) nextEvent(p *simProc) (watch.Event, bool) {
-	select {
-	case ev, ok := <-p.w.ResultChan():
-		if !ok {
-			p.w = nil
-			s.run(p, func() { p.e.handle(watchMsg{ended: true}) })
-			return watch.Event{}, false
-		}
-		return ev, true
-	default:
-		return watch.Event{}, false
-	}
-}
-
-// settle answers every request in flight (live processes only), at once and without failure.
-func (s *sim) settle() {
-	for again := true; again; {
-		again = false
-		for _, p := range s.procs {
-			if p.op != nil && !p.crashed {
-				if !p.op.applied {
-					s.applyOp(p.op)
-				}
-				s.answer(p, p.op.res)
-				again = true
-			}
-		}
-	}
-}
-
-func simulate(t *testing.T, seed int64, steps int) *sim {
+func simulate(t *testing.T, seed int64, steps int, loop bool) *sim {
 	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewSource(seed)), clk: clocktesting.NewFakeClock(t0),
-		mem: fake.NewLeaseStore(), ops: make(chan *simOp), owner: map[uint64]*simProc{}, before: map[uint64]*simProc{}, faults: map[string]int{}}
+		mem: fake.NewLeaseStore(), ops: make(chan *simOp), owner: map[uint64]*simProc{}, before: map[uint64]*simProc{},
+		faults: map[string]int{}, excused: map[string]int{}, incs: map[types.UID]*simInc{}, forged: map[string]bool{}, rvHolding: map[string]*simHolding{},
+		guard: map[string]int{}, loop: loop}
 	s.drift = s.rng.Intn(2) == 0
 	// Coarse steps reach far into a run; fine ones (a watch event handled within milliseconds
 	// of the write) reach the margins of the clock-rate rule, which are 1% of a lease.
@@ -814,12 +544,23 @@ func simulate(t *testing.T, seed int64, steps int) *sim {
 	if s.rng.Intn(3) == 0 {
 		s.tick, s.tight, s.drift = 5*time.Millisecond, true, true
 	}
+	s.configs = []simConfig{simConfigs[s.rng.Intn(len(simConfigs))]}
+	if s.rng.Intn(2) == 0 { // a rolling update between two configurations
+		s.configs = append(s.configs, simConfigs[s.rng.Intn(len(simConfigs))])
+	}
+	for _, c := range s.configs {
+		s.maxLease, s.maxRenew = max(s.maxLease, c.lease), max(s.maxRenew, c.renew)
+	}
 	defer s.close()
 	for i := 0; i < simProcs; i++ {
 		s.spawn()
 	}
 	for i := 0; i < steps && !s.failed; i++ {
-		s.step()
+		if s.loop {
+			s.loopStep()
+		} else {
+			s.step()
+		}
 		s.check()
 		if i == steps/2 || i == steps-1 {
 			s.quietPhase()
@@ -827,6 +568,24 @@ func simulate(t *testing.T, seed int64, steps int) *sim {
 	}
 	return s
 }
+
+func (s *sim) close() {
+	if s.loop {
+		s.closeLoop()
+		return
+	}
+	s.closeStep()
+}
+
+// simExploreNoStepBack (EHDB_SIM_EXPLORE_NO_STEPBACK=1; for exploring other faults only, no make
+// target sets it, and it makes the simulation kinder than the machine): no backward wall step
+// after a suspend that came after the process's last write. Such a step defeats the suspend check
+// (the wall clock is its only defence while the monotonic clock stood still), and no named
+// non-guarantee covers it (see the note of issue 16).
+var simExploreNoStepBack = os.Getenv("EHDB_SIM_EXPLORE_NO_STEPBACK") != ""
+
+// simLoopShare: one seed in simLoopShare runs the real driver loop.
+const simLoopShare = 4
 
 func TestRandomizedSimulation(t *testing.T) {
 	seeds := []int64{}
@@ -837,8 +596,7 @@ func TestRandomizedSimulation(t *testing.T) {
 		}
 		seeds = append(seeds, n)
 	} else {
-		// The budget make test gives it: enough for each reverted fix of the package's history
-		// to fail (the note of the change that added them says which seeds and how often).
+		// The budget make test gives it (at least 2 million steps); make sim gives more.
 		count := 300
 		if testing.Short() {
 			count = 30
@@ -853,24 +611,74 @@ func TestRandomizedSimulation(t *testing.T) {
 			seeds = append(seeds, base+int64(i))
 		}
 	}
-	var acquired, steps, gaps int
-	faults := map[string]int{}
+	steps := simSteps
+	if v := os.Getenv("EHDB_SIM_STEPS"); v != "" { // steps per seed (make sim)
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			steps = n
+		}
+	}
+	var acquired, taken, skipped, limit, runs, loops int
+	faults, excused, guard := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, seed := range seeds {
-		s := simulate(t, seed, simSteps)
-		acquired, steps, gaps = acquired+s.acquired, steps+s.steps, gaps+s.gaps
+		var s *sim
+		loop := uint64(seed)%simLoopShare == 0
+		if m := os.Getenv("EHDB_SIM_MODE"); m != "" { // step or loop: every seed in one mode
+			loop = m == "loop"
+		}
+		if loop {
+			synctest.Test(t, func(t *testing.T) { s = simulate(t, seed, steps, true) })
+			loops++
+		} else {
+			s = simulate(t, seed, steps, false)
+		}
+		runs++
+		if s.failMsg != "" {
+			t.Error(s.failMsg)
+		}
+		acquired, taken, skipped, limit = acquired+s.acquired, taken+s.steps, skipped+s.skipped, limit+s.limit
 		for k, v := range s.faults {
 			faults[k] += v
 		}
-		if t.Failed() {
-			return
+		for k, v := range s.excused {
+			excused[k] += v
+		}
+		for k, v := range s.guard {
+			guard[k] += v
+		}
+		if t.Failed() && os.Getenv("EHDB_SIM_ALL") == "" { // EHDB_SIM_ALL=1: every seed, every failure
+			break
 		}
 	}
+	t.Logf("%d runs (%d on the real driver loop), %d steps, %d acquisitions, %d liveness phases skipped (extreme edits), %d at the epoch limit",
+		runs, loops, taken, acquired, skipped, limit)
+	t.Logf("overlaps excused, in steps, by non-guarantee: %s", counts(excused, nonGuarantees))
+	t.Logf("faults: %s", counts(faults, nil))
+	t.Logf("participants' writes the lease guard would refuse: %s", counts(guard, nil))
 	// Liveness, loosely: the election must actually elect, or the safety checks prove nothing.
-	if acquired < 2*len(seeds) {
-		t.Fatalf("%d acquisitions in %d runs: the simulation hardly elects anyone", acquired, len(seeds))
+	if !t.Failed() && acquired < 2*runs {
+		t.Fatalf("%d acquisitions in %d runs: the simulation hardly elects anyone", acquired, runs)
 	}
-	t.Logf("%d runs, %d steps, %d acquisitions, outside faults %v, %d steps with an overlap in a documented gap",
-		len(seeds), steps, acquired, faults, gaps)
+}
+
+// counts prints a count map in a stable order, the named keys first (zeros included).
+func counts(m map[string]int, named []string) string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, k := range named {
+		keys, seen[k] = append(keys, k), true
+	}
+	var rest []string
+	for k := range m {
+		if !seen[k] {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	var out []string
+	for _, k := range append(keys, rest...) {
+		out = append(out, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(out, " ")
 }
 
 // simTrace is how many of the last steps a failure prints (EHDB_SIM_TRACE, default 40).

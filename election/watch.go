@@ -111,16 +111,17 @@ func (e *Election) handle(m watchMsg) {
 	defer e.watchEvents.Add(1)
 	switch m.ev.Type {
 	case watch.Added, watch.Modified:
-		if d.rec != nil && !newer(l.ResourceVersion, d.rec.ResourceVersion) {
-			return
+		if d.seenRV != "" && !newer(l.ResourceVersion, d.seenRV) {
+			return // replayed, or already known from a read or our own write
 		}
 		e.see(l)
 	case watch.Deleted:
-		if d.rec != nil && d.rec.UID != l.UID {
-			// An older incarnation: what it says of the past still counts.
-			e.remember(l)
+		if d.rec != nil && d.rec.UID != l.UID || d.seenRV != "" && !newer(l.ResourceVersion, d.seenRV) {
+			// An older incarnation, or a replay: what it says of the past still counts.
+			e.recall(l)
 			return
 		}
+		d.seenRV = l.ResourceVersion
 		e.seeAbsent(l)
 	default:
 		return

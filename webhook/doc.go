@@ -20,8 +20,11 @@
 //
 // Against an adversary: one review's work is bounded whatever the object says (Policy.MaxShards,
 // MaxConfigMaps, a per-review Budget for resolving environments; above them a too_complex
-// refusal), the transport bounds reviews and body bytes in flight and honours the request's
-// deadline, and a panic is recovered into an answer. An owner exempts an object from the order
+// refusal), the transport charges request bodies as they arrive (never by Content-Length), hangs
+// up on a client sending slower than 32 KiB/s and bounds the reviews judged at once, a review
+// reads only the ConfigMap keys its containers can make matter within a per-review and
+// per-process byte budget, the request's deadline is honoured, and a panic is recovered into an
+// answer. An owner exempts an object from the order
 // check only along the chains whose template the guard judged (Deployment→ReplicaSet,
 // CronJob→Job, workload→Pod), and only if it exists (Owners). A ConfigMap whose content may arm
 // a reader is judged as each reader (ConfigMapReaders, from a watch) would be armed by it.

@@ -11,9 +11,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	kjson "sigs.k8s.io/json"
 
@@ -221,6 +225,14 @@ func FuzzEnvResolution(f *testing.F) {
 		defer cancel()
 		d, _ := webhook.Evaluate(ctx, cluster, in, webhook.Policy{RequireLiveLease: true}, now)
 
+		// The guard reads only the ConfigMap keys the workload can make matter; with only those
+		// it must decide exactly as with everything.
+		filtered := goodCluster()
+		filtered.ConfigMaps = webhook.FilterConfigMaps(cms, in.Object)
+		if df, _ := webhook.Evaluate(ctx, filtered, in, webhook.Policy{RequireLiveLease: true}, now); df.Allowed != d.Allowed || df.Reason != d.Reason || df.Message() != d.Message() {
+			t.Fatalf("with only the keys that matter %v %s, with all %v %s\ncontainer %+v\nconfigmaps %v kept %v\n%s\n%s", df.Allowed, df.Reason, d.Allowed, d.Reason, c, cms, filtered.ConfigMaps, df.Message(), d.Message())
+		}
+
 		env, started := kubeletEnv(&c, ns, cms, secrets)
 		if !started {
 			return // the container never runs: nothing to fence
@@ -284,8 +296,20 @@ func FuzzAdmissionReview(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`))
 	f.Add([]byte(`{}`))
 	f.Add(review(f, admissionv1.Create, stsKind, sts(append(compliant(), wt.Replicas(2147483647))...), nil))
-	h := webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, Policy: webhook.Policy{RequireLiveLease: true}, LookupTimeout: fuzzInputBudget})
+	for _, s := range fuzzSubjects {
+		for _, seed := range s.seeds(f) {
+			f.Add(seed)
+		}
+	}
+	// The work per input stays small whatever the engine makes of it, so the engine keeps
+	// fuzzing instead of stalling on a slow input while it minimizes: bodies of at most
+	// fuzzMaxBody, a work budget of fuzzWorkBudget steps and a few shards. Every property below
+	// holds for any budget (a spent budget makes values unknowable, which refuses).
+	h := fuzzHandler(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
+		if len(body) > fuzzMaxBody {
+			return
+		}
 		rec := httptest.NewRecorder()
 		// The per-input budget: the API server's own ?timeout= (the handler works to 90% of it).
 		req := httptest.NewRequest(http.MethodPost, "/validate?timeout="+fuzzInputBudget.String(), bytes.NewReader(body))
@@ -307,7 +331,116 @@ func FuzzAdmissionReview(f *testing.F) {
 		if out.Response.Allowed && literallyArmedCreate(body) {
 			t.Fatalf("armed workload allowed in an empty cluster: %s", body)
 		}
+		for _, s := range fuzzSubjects {
+			if out.Response.Allowed && s.mustRefuse(body) {
+				t.Fatalf("%s allowed in an empty cluster: %s", s.name, body)
+			}
+		}
 	})
+}
+
+// fuzzHandler is the handler FuzzAdmissionReview feeds: an empty cluster, one ConfigMap reader.
+func fuzzHandler(t testing.TB) http.Handler {
+	return webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, Policy: webhook.Policy{RequireLiveLease: true, MaxShards: 4},
+		LookupTimeout: fuzzInputBudget, WorkBudget: fuzzWorkBudget, Log: logr.Discard(), Readers: fuzzReaders(t), Owners: fakeOwners{}})
+}
+
+// Bounds of FuzzAdmissionReview's inputs (see there).
+const (
+	fuzzMaxBody    = 16 << 10
+	fuzzWorkBudget = 64 << 10
+)
+
+// fuzzSubject is one kind of review beyond workloads: its seeds and an oracle, independent of the
+// guard's code, of bodies that an empty cluster must refuse. Review subjects the guard gains
+// (ephemeral containers, RBAC deletes) add an entry here and, if they read a watch, a fake to
+// the handler above.
+type fuzzSubject struct {
+	name       string
+	seeds      func(testing.TB) [][]byte
+	mustRefuse func(body []byte) bool
+}
+
+var fuzzSubjects = []fuzzSubject{
+	{
+		// A ConfigMap created or edited so that its reader, the reference writer reading
+		// NOETL_EHDB_FENCING from key "fencing" of ConfigMap "flags", becomes armed: nothing in
+		// the empty cluster lets that writer arm.
+		name: "a ConfigMap change that arms its reader",
+		seeds: func(t testing.TB) [][]byte {
+			return [][]byte{
+				configMapReview(t, admissionv1.Create, map[string]string{"fencing": "enforce"}, nil),
+				configMapReview(t, admissionv1.Update, map[string]string{"fencing": " Enforce"}, map[string]string{"fencing": "shadow"}),
+				configMapReview(t, admissionv1.Update, map[string]string{"fencing": "shadow"}, map[string]string{"fencing": "enforce"}),
+			}
+		},
+		mustRefuse: configMapArmsReader,
+	},
+}
+
+// fuzzReaders is the reader index FuzzAdmissionReview's handler sees: the reference writer,
+// reading its fencing value from ConfigMap "flags".
+func fuzzReaders(t testing.TB) webhook.ConfigMapReaders {
+	reader := sts(envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false)))
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{webhook.ConfigMapIndex: webhook.IndexByConfigMap})
+	if err := idx.Add(reader); err != nil {
+		t.Fatal(err)
+	}
+	return webhook.IndexReaders{idx}
+}
+
+func configMapReview(t testing.TB, op admissionv1.Operation, data, old map[string]string) []byte {
+	cm := func(d map[string]string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: ns}, Data: d}
+	}
+	var oldObj runtime.Object
+	if old != nil {
+		oldObj = cm(old)
+	}
+	body := review(t, op, metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, cm(data), oldObj)
+	return bytes.Replace(body, []byte(`"name":"`+wt.WriterName+`"`), []byte(`"name":"flags"`), 1)
+}
+
+// configMapArmsReader: a review of ConfigMap noetl/flags whose new "fencing" is enforce and whose
+// old one (if the review is an UPDATE with an old object) was not.
+func configMapArmsReader(body []byte) bool {
+	var rv admissionv1.AdmissionReview
+	if kjson.UnmarshalCaseSensitivePreserveInts(body, &rv) != nil || rv.Request == nil || rv.Request.SubResource != "" {
+		return false
+	}
+	r := rv.Request
+	if r.Kind != (metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}) || r.Namespace != ns || (r.Operation != admissionv1.Create && r.Operation != admissionv1.Update) {
+		return false
+	}
+	armed := func(raw []byte) (bool, bool) {
+		var cm corev1.ConfigMap
+		if kjson.UnmarshalCaseSensitivePreserveInts(raw, &cm) != nil {
+			return false, false
+		}
+		v, ok := cm.Data["fencing"]
+		return ok && strings.EqualFold(strings.TrimSpace(v), "enforce"), true
+	}
+	var cm corev1.ConfigMap
+	if kjson.UnmarshalCaseSensitivePreserveInts(r.Object.Raw, &cm) != nil {
+		return false
+	}
+	name := r.Name
+	if name == "" {
+		name = cm.Name
+	}
+	if name != "flags" {
+		return false
+	}
+	now, ok := armed(r.Object.Raw)
+	if !ok || !now {
+		return false
+	}
+	if r.Operation == admissionv1.Update && len(r.OldObject.Raw) > 0 {
+		if was, ok := armed(r.OldObject.Raw); ok && was {
+			return false
+		}
+	}
+	return true
 }
 
 // literallyArmedCreate is an oracle independent of the guard's code (it decodes as the API server

@@ -48,6 +48,9 @@ type Handler struct {
 	// that finds no slot before its deadline gets HTTP 429, which the API server treats as a
 	// webhook failure (workloads fail closed, Pods fail open). 0 means DefaultMaxInFlight.
 	MaxInFlight int
+	// WorkBudget is the steps one review may spend resolving environments (Budget); 0 means
+	// DefaultBudget. A smaller budget refuses complex armed objects sooner, never admits more.
+	WorkBudget int64
 }
 
 // DefaultMaxInFlight is the reviews one webhook process works on at once by default.
@@ -129,7 +132,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		return malformed(fmt.Errorf("object: %w", err))
 	}
 	h.verifyOwner(obj)
-	in := Input{Operation: req.Operation, Object: obj}
+	in := Input{Operation: req.Operation, Object: obj, Budget: NewBudget(h.WorkBudget)}
 	if req.Operation == admissionv1.Update {
 		old, err := DecodeWorkload(gvk, req.Namespace, req.OldObject.Raw)
 		if err != nil {
@@ -140,7 +143,11 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		}
 	}
 
-	d, lookups := h.decide(ctx, in)
+	// The ConfigMaps the review reads: only the keys its containers can make matter, charged to
+	// the process's budget until the review is answered (configmapread.go).
+	load := newReviewLoad(start, in.Object, in.Old)
+	defer load.release()
+	d, lookups := h.decide(withReviewLoad(ctx, load), in)
 
 	h.Metrics.observe(kind, d.Allowed, d.Reason, time.Since(start))
 	kv := []any{"allowed", d.Allowed, "reason", d.Reason, "lookups", lookups, "tookMs", time.Since(start).Milliseconds()}
@@ -201,6 +208,17 @@ func (h *Handler) deadline(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, timeout)
 }
 
+// Judge decides in as a review would (its ConfigMap reads filtered and budgeted), without HTTP.
+func (h *Handler) Judge(ctx context.Context, in Input) Decision {
+	load := newReviewLoad(time.Now(), in.Object, in.Old)
+	defer load.release()
+	if in.Budget == nil {
+		in.Budget = NewBudget(h.WorkBudget)
+	}
+	d, _ := h.decide(withReviewLoad(ctx, load), in)
+	return d
+}
+
 // decide bounds the lookups in time and evaluates.
 func (h *Handler) decide(ctx context.Context, in Input) (Decision, int) {
 	ctx, cancel := h.deadline(ctx)
@@ -253,7 +271,9 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 			break
 		}
 		judged++
-		d, n := Evaluate(ctx, h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change}, h.Policy, h.now())
+		load := newReviewLoad(start, w)
+		d, n := Evaluate(withReviewLoad(ctx, load), h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change, Budget: NewBudget(h.WorkBudget)}, h.Policy, h.now())
+		load.release()
 		lookups += n
 		warnings = append(warnings, d.Warnings...)
 		if !d.Allowed {

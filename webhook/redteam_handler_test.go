@@ -168,10 +168,11 @@ func TestHandlerJudgesConfigMapsByTheirReaders(t *testing.T) {
 	_ = appsv1.StatefulSet{}
 }
 
-// TestHandlerBoundsBodyBytesInFlight: large bodies are admitted only up to a byte budget (three
-// near the size limit at once); the rest are answered 429 by their deadline instead of being read.
-func TestHandlerBoundsBodyBytesInFlight(t *testing.T) {
-	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: &wt.Resolver{}, MaxInFlight: 32}))
+// TestHandlerChargesBodiesAsTheyArrive: a Content-Length is a claim, not a charge. Eight uploads
+// that claim 7 MiB and send nothing (once, 3 × 7 MiB took the whole body budget) hold nothing:
+// each is hung up on (408) once it stops sending, and an ordinary review is answered meanwhile.
+func TestHandlerChargesBodiesAsTheyArrive(t *testing.T) {
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, MaxInFlight: 32}))
 	t.Cleanup(srv.Close)
 	const big = 7 << 20
 	var writers []*io.PipeWriter
@@ -184,7 +185,7 @@ func TestHandlerBoundsBodyBytesInFlight(t *testing.T) {
 	for range 8 {
 		pr, pw := io.Pipe()
 		writers = append(writers, pw)
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"?timeout=2s", pr)
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"?timeout=10s", pr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,19 +201,19 @@ func TestHandlerBoundsBodyBytesInFlight(t *testing.T) {
 			codes <- resp.StatusCode
 		}()
 	}
-	busy := 0
-	for range 5 { // five are turned away by their deadline; three hold the budget, reading
+	code, out, raw := post(t, srv.URL+"?timeout=10s", "application/json", review(t, admissionv1.Create, stsKind, sts(), nil))
+	if code != 200 || out.Response == nil || !out.Response.Allowed {
+		t.Fatalf("an ordinary review beside 8 claimed 7 MiB uploads: %d %s", code, raw)
+	}
+	for range 8 {
 		select {
 		case c := <-codes:
-			if c == http.StatusTooManyRequests {
-				busy++
+			if c != http.StatusRequestTimeout {
+				t.Fatalf("an upload that stopped sending: HTTP %d, want 408", c)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("only %d of the 8 large uploads answered", busy)
+		case <-time.After(30 * time.Second):
+			t.Fatal("an upload that sends nothing was not hung up on")
 		}
-	}
-	if busy != 5 {
-		t.Fatalf("%d large uploads turned away, want 5 (3 × 7 MiB fit the budget)", busy)
 	}
 }
 

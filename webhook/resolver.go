@@ -37,6 +37,8 @@ type APIResolver struct {
 	cache *positiveCache
 	// leases answers Lease lookups from a watch when ReadLeasesFrom is given; nil otherwise.
 	leases coordinationlisters.LeaseLister
+	// cms reads ConfigMaps within the process's byte budget.
+	cms *configMapReader
 }
 
 // NewAPIResolver returns a resolver over c that keeps at most maxInFlight lookups of one Query
@@ -45,7 +47,7 @@ func NewAPIResolver(c kubernetes.Interface, maxInFlight int, opts ...ResolverOpt
 	if maxInFlight <= 0 {
 		maxInFlight = 16
 	}
-	r := &APIResolver{client: c, limit: maxInFlight}
+	r := &APIResolver{client: c, limit: maxInFlight, cms: newConfigMapReader(c)}
 	for _, o := range opts {
 		o(r)
 	}
@@ -89,16 +91,7 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 
 	for _, name := range q.ConfigMaps {
 		run(func() {
-			fact := ConfigMapFact{}
-			cm, err := r.client.CoreV1().ConfigMaps(q.Namespace).Get(ctx, name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				fact.NotFound = true
-			case err != nil:
-				fact.Err = fmt.Errorf("getting ConfigMap %s/%s: %w", q.Namespace, name, err)
-			default:
-				fact.Data = cm.Data
-			}
+			fact := r.cms.get(ctx, q.Namespace, name) // only the keys the review needs (configmapread.go)
 			mu.Lock()
 			out.ConfigMaps[name] = fact
 			mu.Unlock()

@@ -1,96 +1,198 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"time"
 
-	"golang.org/x/sync/semaphore"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	kjson "sigs.k8s.io/json"
 )
 
 // maxReviewBytes is controller-runtime's limit: two objects of at most 3 MiB and the rest.
 const maxReviewBytes = 7 << 20
 
-// maxBodyBytesInFlight bounds the request bodies one process holds at once (each counted at its
-// Content-Length, or at maxReviewBytes when it does not say): reviews are a few KiB, so this
-// only ever queues the rare object near the API server's size limit, and a flood of large bodies
-// cannot take the process past its memory limit.
-const maxBodyBytesInFlight = 3 * maxReviewBytes
+// A body must keep arriving: every bodyChunk of it (or its rest) within bodyChunkTimeout of the
+// one before, at least 32 KiB/s. The API server sends a review in one write; a client slower than
+// this is hung up on (HTTP 408) instead of holding a connection and the bytes it has sent.
+const (
+	bodyChunk        = 32 << 10
+	bodyChunkTimeout = time.Second
+)
 
-// NewHTTPHandler serves h at an admission path. It checks the envelope before controller-runtime
-// decodes it, because that decoder answers any apiVersion and kind (it would answer
-// "admission.k8s.io/v9" or a Pod as if they were reviews): anything that is not a POSTed
-// admission.k8s.io/v1 AdmissionReview with a request gets HTTP 400 (405, 413) and a plain-text
-// reason. A proper review whose object is missing or undecodable gets a denial with code 400.
+// The body budget counts bytes actually read, never a claimed Content-Length, at decodeFactor
+// times their size: what one body byte costs until its review is answered (the body, the
+// objects' raw copies, the decoded objects). The first smallBody bytes of every body are charged
+// to a reserve of their own, so large bodies, however many, never keep a review of ordinary size
+// (a few KiB) from being read; the rest to a pool sized for one review of the largest size.
+const (
+	decodeFactor = 4
+	smallBody    = 64 << 10
+	smallReserve = 64 * decodeFactor * smallBody // 16 MiB: 64 ordinary reviews being read at once
+	largePool    = decodeFactor * maxReviewBytes // 28 MiB: one review of 7 MiB, or several smaller
+)
+
+// NewHTTPHandler serves h at an admission path. It reads the body before anything else, counting
+// what arrives against the body budget, and hangs up on a client that sends slower than 32 KiB/s;
+// only a complete body takes one of the h.MaxInFlight slots that bound the reviews judged at once.
+// So a client, authenticated or not, holds only what it has sent, and only while it keeps
+// sending. A review that finds no budget or slot before its deadline (the API server's
+// ?timeout=, at most h.LookupTimeout) gets HTTP 429, which the API server handles by the entry's
+// failure policy; the same deadline bounds the review's lookups.
 //
-// At most h.MaxInFlight reviews are worked on at once, body included: a review that finds no
-// slot before its deadline (the API server's ?timeout=, at most h.LookupTimeout) gets HTTP 429,
-// which the API server handles by the entry's failure policy. The same deadline bounds the
-// review's lookups.
+// It checks the envelope itself, because controller-runtime's decoder answers any apiVersion and
+// kind (it would answer "admission.k8s.io/v9" or a Pod as if they were reviews): anything that is
+// not a POSTed admission.k8s.io/v1 AdmissionReview with a request gets HTTP 400 (405, 408, 413)
+// and a plain-text reason. A proper review whose object is missing or undecodable gets a denial
+// with code 400.
 func NewHTTPHandler(h *Handler) http.Handler {
-	wh := NewWebhook(h)
 	limit := h.MaxInFlight
 	if limit <= 0 {
 		limit = DefaultMaxInFlight
 	}
-	slots := make(chan struct{}, limit)
-	bodies := semaphore.NewWeighted(maxBodyBytesInFlight)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > maxReviewBytes {
-			http.Error(w, fmt.Sprintf("request larger than %d bytes", maxReviewBytes), http.StatusRequestEntityTooLarge)
-			return
+	return &transport{wh: NewWebhook(h), h: h, limit: limit, slots: make(chan struct{}, limit), budget: newBodyBudget(smallReserve, largePool)}
+}
+
+type transport struct {
+	wh     *admission.Webhook
+	h      *Handler
+	limit  int
+	slots  chan struct{}
+	budget *bodyBudget
+}
+
+func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Until the body is read, every answer also ends the connection: net/http would otherwise
+	// read what is left of a small body, at whatever pace the client sends it, to reuse the
+	// connection.
+	refuse := func(msg string, code int) {
+		w.Header().Set("Connection", "close")
+		http.Error(w, msg, code)
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		refuse("admission reviews are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		refuse(fmt.Sprintf("Content-Type %q, want application/json", r.Header.Get("Content-Type")), http.StatusBadRequest)
+		return
+	}
+	if r.ContentLength > maxReviewBytes {
+		refuse(fmt.Sprintf("request larger than %d bytes", maxReviewBytes), http.StatusRequestEntityTooLarge)
+		return
+	}
+	ctx, cancel := requestDeadline(r, t.h.LookupTimeout)
+	defer cancel()
+
+	charge := t.budget.charge()
+	defer charge.release()
+	body, status, err := readBody(ctx, w, r, charge)
+	if err != nil {
+		refuse(err.Error(), status)
+		return
+	}
+
+	select {
+	case t.slots <- struct{}{}:
+		defer func() { <-t.slots }()
+	case <-ctx.Done():
+		http.Error(w, fmt.Sprintf("the guard is working on %d reviews already; try again", t.limit), http.StatusTooManyRequests)
+		return
+	}
+	req, err := decodeReview(body)
+	if err != nil {
+		http.Error(w, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp := t.wh.Handle(ctx, req)
+	w.Header().Set("Content-Type", "application/json")
+	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: &resp.AdmissionResponse}
+	if err := json.NewEncoder(w).Encode(out); err != nil {
+		t.h.logger(ctx).Info("could not write the answer", "error", err.Error(), "uid", req.UID)
+	}
+}
+
+// readBody reads the whole body, charging every chunk to the budget before reading it and
+// requiring each within bodyChunkTimeout (where the connection supports read deadlines). The
+// status goes with the error: 408 too slow, 413 too large, 429 no budget before the deadline.
+func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charge *bodyCharge) ([]byte, int, error) {
+	rc := http.NewResponseController(w)
+	deadlines := rc.SetReadDeadline(time.Time{}) == nil
+	defer func() {
+		if deadlines {
+			_ = rc.SetReadDeadline(time.Time{})
 		}
-		ctx, cancel := requestDeadline(r, h.LookupTimeout)
-		defer cancel()
-		select {
-		case slots <- struct{}{}:
-			defer func() { <-slots }()
-		case <-ctx.Done():
-			http.Error(w, fmt.Sprintf("the guard is working on %d reviews already; try again", limit), http.StatusTooManyRequests)
-			return
+	}()
+	// Grown as the body arrives: a Content-Length is a claim, never an allocation.
+	var body []byte
+	for {
+		n := bodyChunk
+		if r.ContentLength >= 0 {
+			n = min(n, int(r.ContentLength)-len(body))
+			if n == 0 {
+				break
+			}
 		}
-		weight := r.ContentLength
-		if weight < 0 {
-			weight = maxReviewBytes
+		if len(body)+n > maxReviewBytes+1 {
+			n = maxReviewBytes + 1 - len(body)
 		}
-		if err := bodies.Acquire(ctx, weight); err != nil {
-			http.Error(w, "the guard holds as many large reviews as it may; try again", http.StatusTooManyRequests)
-			return
+		if err := charge.acquire(ctx, n); err != nil {
+			return nil, http.StatusTooManyRequests, errors.New("the guard holds as many request bodies as it may; try again")
 		}
-		defer bodies.Release(weight)
-		r = r.WithContext(ctx)
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "admission reviews are POSTed", http.StatusMethodNotAllowed)
-			return
+		if deadlines {
+			dl := time.Now().Add(bodyChunkTimeout)
+			if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+				dl = d
+			}
+			_ = rc.SetReadDeadline(dl)
 		}
-		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-			http.Error(w, fmt.Sprintf("Content-Type %q, want application/json", r.Header.Get("Content-Type")), http.StatusBadRequest)
-			return
+		if cap(body)-len(body) < n {
+			body = append(body[:len(body):len(body)], make([]byte, n)...)[:len(body)]
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
-		if err != nil {
-			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
-			return
+		got, err := io.ReadFull(r.Body, body[len(body):len(body)+n])
+		body = body[:len(body)+got]
+		charge.refund(n - got)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, http.StatusRequestTimeout, fmt.Errorf("the body arrives slower than %d KiB/s (%d bytes in)", bodyChunk>>10, len(body))
+		case len(body) > maxReviewBytes:
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request larger than %d bytes", maxReviewBytes)
+		case r.ContentLength < 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
+			return body, 0, nil
+		case err != nil:
+			return nil, http.StatusBadRequest, fmt.Errorf("reading the request: %w", err)
 		}
-		if len(body) > maxReviewBytes {
-			http.Error(w, fmt.Sprintf("request larger than %d bytes", maxReviewBytes), http.StatusRequestEntityTooLarge)
-			return
-		}
-		if err := checkEnvelope(body); err != nil {
-			http.Error(w, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-		r.Header.Set("Content-Type", "application/json")
-		wh.ServeHTTP(w, r)
-	})
+	}
+	return body, 0, nil
+}
+
+// decodeReview decodes an admission.k8s.io/v1 AdmissionReview with a request, case-sensitively
+// as the API server and controller-runtime decode it, in one pass over the body.
+func decodeReview(body []byte) (admission.Request, error) {
+	var env struct {
+		APIVersion string                        `json:"apiVersion"`
+		Kind       string                        `json:"kind"`
+		Request    *admissionv1.AdmissionRequest `json:"request"`
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &env); err != nil {
+		return admission.Request{}, fmt.Errorf("not JSON, or a field of the wrong type: %w", err)
+	}
+	if env.APIVersion != "admission.k8s.io/v1" || env.Kind != "AdmissionReview" {
+		return admission.Request{}, fmt.Errorf("got apiVersion %q kind %q, want admission.k8s.io/v1 AdmissionReview", env.APIVersion, env.Kind)
+	}
+	if env.Request == nil {
+		return admission.Request{}, errors.New("no request")
+	}
+	return admission.Request{AdmissionRequest: *env.Request}, nil
 }
 
 // requestDeadline is the context of one review: it ends at 90% of the timeout the API server
@@ -103,26 +205,4 @@ func requestDeadline(r *http.Request, max time.Duration) (context.Context, conte
 		max = d * 9 / 10
 	}
 	return context.WithTimeout(r.Context(), max)
-}
-
-// checkEnvelope requires an admission.k8s.io/v1 AdmissionReview with a request.
-func checkEnvelope(body []byte) error {
-	var env struct {
-		APIVersion string          `json:"apiVersion"`
-		Kind       string          `json:"kind"`
-		Request    json.RawMessage `json:"request"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil {
-		return fmt.Errorf("not JSON: %w", err)
-	}
-	if env.APIVersion != "admission.k8s.io/v1" || env.Kind != "AdmissionReview" {
-		return fmt.Errorf("got apiVersion %q kind %q, want admission.k8s.io/v1 AdmissionReview", env.APIVersion, env.Kind)
-	}
-	if len(env.Request) == 0 || string(env.Request) == "null" {
-		return fmt.Errorf("no request")
-	}
-	if env.Request[0] != '{' {
-		return fmt.Errorf("request is not an object")
-	}
-	return nil
 }

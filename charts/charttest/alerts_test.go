@@ -2,15 +2,20 @@ package charttest
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/noetl/ehdb-election/internal/repo"
 )
 
 // The alert tests feed the rendered rules series shaped as Prometheus stores a writer's scrape: the
@@ -244,27 +249,91 @@ func TestAlertWebhookDown(t *testing.T) {
 	runAlertCases(t, rule, cases, mutants)
 }
 
+// releaseWebhookNames lists the entries of the release's rendered ValidatingWebhookConfiguration:
+// the alert must cover each one, including any entry added later.
+func releaseWebhookNames(t *testing.T, values map[string]any) []string {
+	t.Helper()
+	vwcs := mustRender(t, values).OfKind("ValidatingWebhookConfiguration")
+	if len(vwcs) != 1 {
+		t.Fatalf("want one ValidatingWebhookConfiguration, rendered %d", len(vwcs))
+	}
+	var names []string
+	for _, w := range typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, vwcs[0]).Webhooks {
+		names = append(names, w.Name)
+	}
+	if len(names) == 0 {
+		t.Fatal("the webhook configuration has no entries")
+	}
+	return names
+}
+
 func TestAlertWebhookUnreachable(t *testing.T) {
 	rule := renderedAlerts(t, ruleValues(nil))["EhdbElectionWebhookUnreachable"]
 	apiserver := `job="apiserver",instance="10.0.0.1:6443",type="validating"`
-	cases := []alertCase{
-		{name: "calls fail: workloads are refused", until: 6 * time.Minute, want: []map[string]string{{"name": "workloads.ehdb-election.noetl.io", "operation": "UPDATE"}}, series: []string{
-			`apiserver_admission_webhook_rejection_count{` + apiserver + `,name="workloads.ehdb-election.noetl.io",operation="UPDATE",error_type="calling_webhook_error",rejection_code="500"} 0x4 1+1x20`,
-		}},
-		{name: "calls fail: Pods admitted unreviewed", until: 6 * time.Minute, want: []map[string]string{{"name": "pods.ehdb-election.noetl.io"}}, series: []string{
-			`apiserver_admission_webhook_fail_open_count{` + apiserver + `,name="pods.ehdb-election.noetl.io"} 0x4 1+1x20`,
-		}},
-		{name: "denials the webhook decided, other webhooks failing: no alert", until: 6 * time.Minute, series: []string{
-			`apiserver_admission_webhook_rejection_count{` + apiserver + `,name="workloads.ehdb-election.noetl.io",operation="CREATE",error_type="no_error",rejection_code="403"} 0x4 1+1x20`,
-			`apiserver_admission_webhook_rejection_count{` + apiserver + `,name="workloads.ehdb-election.noetl.io.example.com",operation="CREATE",error_type="calling_webhook_error",rejection_code="500"} 0x4 1+1x20`,
-			`apiserver_admission_webhook_fail_open_count{` + apiserver + `,name="other.example.com"} 0x4 1+1x20`,
-		}},
+	var cases []alertCase
+	for _, name := range releaseWebhookNames(t, ruleValues(nil)) {
+		cases = append(cases,
+			alertCase{name: "calls to " + name + " fail and are refused", until: 6 * time.Minute, want: []map[string]string{{"name": name, "operation": "UPDATE"}}, series: []string{
+				`apiserver_admission_webhook_rejection_count{` + apiserver + `,name="` + name + `",operation="UPDATE",error_type="calling_webhook_error",rejection_code="500"} 0x4 1+1x20`,
+			}},
+			alertCase{name: "calls to " + name + " fail open", until: 6 * time.Minute, want: []map[string]string{{"name": name}}, series: []string{
+				`apiserver_admission_webhook_fail_open_count{` + apiserver + `,name="` + name + `"} 0x4 1+1x20`,
+			}},
+			alertCase{name: "denials " + name + " decided, lookalike webhooks failing: no alert", until: 6 * time.Minute, series: []string{
+				`apiserver_admission_webhook_rejection_count{` + apiserver + `,name="` + name + `",operation="CREATE",error_type="no_error",rejection_code="403"} 0x4 1+1x20`,
+				`apiserver_admission_webhook_rejection_count{` + apiserver + `,name="` + name + `.example.com",operation="CREATE",error_type="calling_webhook_error",rejection_code="500"} 0x4 1+1x20`,
+				`apiserver_admission_webhook_rejection_count{` + apiserver + `,name="x` + name + `",operation="CREATE",error_type="calling_webhook_error",rejection_code="500"} 0x4 1+1x20`,
+				`apiserver_admission_webhook_fail_open_count{` + apiserver + `,name="` + strings.ReplaceAll(name, ".", "-") + `"} 0x4 1+1x20`,
+			}},
+		)
+	}
+	sel := regexp.MustCompile(`name=~"[^"]*"`).FindString(rule.Expr)
+	if sel == "" {
+		t.Fatalf("the rule selects no webhook by name: %s", rule.Expr)
 	}
 	mutants := []mutant{
 		{"every rejection", cutExpr(`,error_type=~"[^"]*"`)},
-		{"every webhook", replaceExpr(`name=~"(workloads|pods)\\.ehdb-election\\.noetl\\.io"`, `name=~".+"`)},
+		{"every webhook", replaceExpr(sel, `name=~".+"`)},
+		{"the old rule: workloads and pods only", replaceExpr(sel, `name=~"(workloads|pods)\\.ehdb-election\\.noetl\\.io"`)},
+		{"dots unescaped", replaceExpr(sel, strings.ReplaceAll(sel, `\\.`, "."))},
 	}
 	runAlertCases(t, rule, cases, mutants)
+}
+
+// TestEveryAlertHasARunbook: each alert's runbook_url is runbookBaseURL/<alert>.md, and that page
+// exists in the repository's docs/runbooks, names its alert and says what to do.
+func TestEveryAlertHasARunbook(t *testing.T) {
+	const base = "https://github.com/noetl/ehdb-election/blob/main/docs/runbooks/"
+	dir, err := repo.Path("docs", "runbooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := renderedAlerts(t, ruleValues(nil))
+	if len(alerts) == 0 {
+		t.Fatal("no alerts")
+	}
+	for name, a := range alerts {
+		url := a.Annotations["runbook_url"]
+		if url != base+name+".md" {
+			t.Errorf("%s: runbook_url %q, want %q", name, url, base+name+".md")
+			continue
+		}
+		page, err := os.ReadFile(filepath.Join(dir, name+".md"))
+		if err != nil {
+			t.Errorf("%s: its runbook: %v", name, err)
+			continue
+		}
+		for _, want := range []string{"# " + name, "**Meaning.**", "**Confirm.**", "**Act.**"} {
+			if !strings.Contains(string(page), want) {
+				t.Errorf("%s: the runbook lacks %q", name, want)
+			}
+		}
+	}
+	// The base follows the value.
+	alerts = renderedAlerts(t, ruleValues(map[string]any{"runbookBaseURL": "https://runbooks.example.com/ehdb/"}))
+	if got := alerts["EhdbElectionWebhookDown"].Annotations["runbook_url"]; got != "https://runbooks.example.com/ehdb/EhdbElectionWebhookDown.md" {
+		t.Errorf("runbookBaseURL override: runbook_url %q", got)
+	}
 }
 
 func TestAlertWebhookErrors(t *testing.T) {

@@ -130,7 +130,23 @@ func (r *testRelease) install(t *testing.T, values map[string]any) {
 		if err := r.helm.Uninstall(r.name, false); err != nil && !strings.Contains(err.Error(), "not found") {
 			t.Logf("cleanup: %v", err)
 		}
+		r.removeKeptLeaseGuard(t)
 	})
+}
+
+// removeKeptLeaseGuard deletes the release's lease guard, which `helm uninstall` keeps with the
+// writer's RBAC: it is cluster-scoped, so the test namespace's deletion would not take it.
+func (r *testRelease) removeKeptLeaseGuard(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + r.name + ",app.kubernetes.io/component=writer-election"}
+	adm := r.cs.AdmissionregistrationV1()
+	if err := adm.ValidatingAdmissionPolicyBindings().DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		t.Logf("cleanup: lease guard bindings: %v", err)
+	}
+	if err := adm.ValidatingAdmissionPolicies().DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		t.Logf("cleanup: lease guard policies: %v", err)
+	}
 }
 
 // objects gives dynamic access to any rendered object (built-in or CRD).

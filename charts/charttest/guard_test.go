@@ -102,7 +102,7 @@ func TestLeaseGuard(t *testing.T) {
 		held := bare.DeepCopy()
 		held.Spec.HolderIdentity = ptr.To("writer-1#1")
 		_, err = leases.Update(ctx, held, metav1.UpdateOptions{})
-		checkGuard(t, "first holder without an epoch", err, `must increment spec.leaseTransitions (holder "" -> "writer-1#1", epoch stays 0)`)
+		checkGuard(t, "first holder without an epoch", err, `must increment spec.leaseTransitions by exactly 1 (holder "" -> "writer-1#1", epoch 0 -> 0)`)
 		held.Spec.LeaseTransitions = ptr.To[int32](1)
 		_, err = leases.Update(ctx, held, metav1.UpdateOptions{})
 		checkGuard(t, "first holder with epoch 1", err, "")

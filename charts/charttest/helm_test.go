@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
@@ -46,6 +47,11 @@ func (c *helmClient) Install(ctx context.Context, name string, values map[string
 	if err != nil {
 		return nil, err
 	}
+	return c.InstallChart(ctx, ch, name, values)
+}
+
+// InstallChart installs the given chart (e.g. a previous version) as release name.
+func (c *helmClient) InstallChart(ctx context.Context, ch *chart.Chart, name string, values map[string]any) (*Rendered, error) {
 	inst := action.NewInstall(c.cfg)
 	inst.ReleaseName = name
 	inst.Namespace = c.namespace
@@ -60,6 +66,16 @@ func (c *helmClient) Install(ctx context.Context, name string, values map[string
 // Upgrade upgrades release name to the chart with values (not reusing the previous values, as
 // `helm upgrade` without --reuse-values).
 func (c *helmClient) Upgrade(ctx context.Context, name string, values map[string]any) (*Rendered, error) {
+	return c.upgrade(ctx, name, values, false)
+}
+
+// UpgradeForce is `helm upgrade --force`: Helm replaces (PUT) every object with its rendering
+// instead of patching the difference.
+func (c *helmClient) UpgradeForce(ctx context.Context, name string, values map[string]any) (*Rendered, error) {
+	return c.upgrade(ctx, name, values, true)
+}
+
+func (c *helmClient) upgrade(ctx context.Context, name string, values map[string]any, force bool) (*Rendered, error) {
 	ch, err := Load()
 	if err != nil {
 		return nil, err
@@ -67,6 +83,7 @@ func (c *helmClient) Upgrade(ctx context.Context, name string, values map[string
 	up := action.NewUpgrade(c.cfg)
 	up.Namespace = c.namespace
 	up.Timeout = c.Timeout
+	up.Force = force
 	rel, err := up.RunWithContext(ctx, name, ch, copyValues(values))
 	if err != nil {
 		return nil, fmt.Errorf("helm upgrade %s in %s: %w", name, c.namespace, err)
@@ -81,6 +98,18 @@ func (c *helmClient) Uninstall(name string, disableHooks bool) error {
 	un.Timeout = c.Timeout
 	if _, err := un.Run(name); err != nil {
 		return fmt.Errorf("helm uninstall %s in %s: %w", name, c.namespace, err)
+	}
+	return nil
+}
+
+// Rollback is `helm rollback <name> <revision>` (0: the previous revision), with --force as given.
+func (c *helmClient) Rollback(name string, revision int, force bool) error {
+	rb := action.NewRollback(c.cfg)
+	rb.Version = revision
+	rb.Force = force
+	rb.Timeout = c.Timeout
+	if err := rb.Run(name); err != nil {
+		return fmt.Errorf("helm rollback %s %d (force %v) in %s: %w", name, revision, force, c.namespace, err)
 	}
 	return nil
 }

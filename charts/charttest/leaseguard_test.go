@@ -111,7 +111,7 @@ func TestLeaseGuardRefusesEveryOutsideWriter(t *testing.T) {
 	}
 	if _, err := r.cs.RbacV1().RoleBindings(r.ns).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "lease-editor"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "ehdb-shard-election"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: writerRoleName(r.name)},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: intruder, Namespace: r.ns}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -383,5 +383,156 @@ func TestLeaseGuardLetsATerminatingNamespaceGo(t *testing.T) {
 	waitFor(t, 2*time.Minute, "namespace "+r.ns+" to be deleted", func(ctx context.Context) (bool, error) {
 		_, err := r.cs.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// TestLeaseGuardBoundsEpochAndDuration (issue 16): even the writer's own account (and so break glass)
+// may raise spec.leaseTransitions by at most 1 per write — a jump to 2147483647 would leave no epoch
+// to mint — and a new holder raises it by exactly 1; spec.leaseDurationSeconds may shrink or go only
+// over a released record, because on a held one a shorter duration reads as an early expiry.
+func TestLeaseGuardBoundsEpochAndDuration(t *testing.T) {
+	t.Parallel()
+	r, lease := installGuardWithLease(t, nil) // holder writer-0#1, epoch 1, duration 15
+	ctx := context.Background()
+	leases := saClient(t, r, r.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(r.ns)
+	const limit = int32(1<<31 - 1)
+	dur := func(l *coordinationv1.Lease, s int32) { l.Spec.LeaseDurationSeconds = ptr.To(s) }
+	steps := []struct {
+		name   string
+		mutate func(l *coordinationv1.Lease)
+		denied string // "" = allowed
+	}{
+		// The epoch (held: writer-0#1 at 1).
+		{"epoch to 2147483647, same holder", func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(limit) }, "rises by at most 1 per write (1 -> 2147483647)"},
+		{"epoch +2, same holder", func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To[int32](3) }, "rises by at most 1 per write (1 -> 3)"},
+		{"takeover at 2147483647", func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("writer-0#2"), ptr.To(limit)
+		}, "rises by at most 1 per write (1 -> 2147483647)"},
+		{"takeover +2", func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("writer-0#2"), ptr.To[int32](3)
+		}, "rises by at most 1 per write (1 -> 3)"},
+		{"takeover without a change of epoch", func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("writer-0#2") }, "by exactly 1 (holder \"writer-0#1\" -> \"writer-0#2\", epoch 1 -> 1)"},
+		{"release with a jump", func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To(""), ptr.To(limit)
+		}, "rises by at most 1"},
+		// The duration of a held record.
+		{"duration shortened, held", func(l *coordinationv1.Lease) { dur(l, 3) }, "may decrease only once the record is released (holder \"writer-0#1\", 15 -> 3)"},
+		{"duration removed, held", func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = nil }, "(holder \"writer-0#1\", 15 -> unset)"},
+		{"takeover with a shorter duration", func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("writer-0#2"), ptr.To[int32](2)
+			dur(l, 10)
+		}, "may decrease only once the record is released"},
+		{"takeover keeping the record's duration", func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("writer-0#2"), ptr.To[int32](2)
+		}, ""},
+		{"renewal lengthening it", func(l *coordinationv1.Lease) { dur(l, 60) }, ""},
+		{"takeover with a longer duration", func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("writer-0#3"), ptr.To[int32](3)
+			dur(l, 90)
+		}, ""},
+		{"release shortening it at once", func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To(""); dur(l, 3) }, "may decrease only once the record is released"},
+		{"epoch +1, same holder", func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To[int32](4) }, ""},
+		// Released: the duration is free, and the epoch still rises by 1 at most.
+		{"release", func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") }, ""},
+		{"released: duration shortened", func(l *coordinationv1.Lease) { dur(l, 5) }, ""},
+		{"acquiring the released record with a shorter duration", func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("writer-0#4"), ptr.To[int32](5)
+			dur(l, 3)
+		}, ""},
+		{"release by dropping the holder field", func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil }, ""},
+		{"released (no holder field): duration removed", func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = nil }, ""},
+		{"released: epoch to 2147483647", func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(limit) }, "rises by at most 1 per write (5 -> 2147483647)"},
+		{"acquiring a record with no duration", func(l *coordinationv1.Lease) {
+			l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("writer-0#5"), ptr.To[int32](6)
+			dur(l, 15)
+		}, ""},
+	}
+	for _, s := range steps {
+		current, err := leases.Get(ctx, lease.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := current.DeepCopy()
+		s.mutate(next)
+		_, err = leases.Update(ctx, next, metav1.UpdateOptions{})
+		checkGuard(t, s.name, err, s.denied)
+	}
+	got, err := leases.Get(ctx, lease.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(got.Spec.HolderIdentity, "") != "writer-0#5" || ptr.Deref(got.Spec.LeaseTransitions, 0) != 6 || ptr.Deref(got.Spec.LeaseDurationSeconds, 0) != 15 {
+		t.Errorf("after the steps: %+v, want writer-0#5 at epoch 6 for 15 s", got.Spec)
+	}
+
+	// Break glass does not waive the bounds.
+	r2, lease2 := installGuardWithLease(t, map[string]any{"leaseGuard": map[string]any{"breakGlass": map[string]any{"users": []any{"oncall-admin"}}}})
+	oncall := impersonating(t, r2, "oncall-admin").CoordinationV1().Leases(r2.ns)
+	checkGuard(t, "break glass: epoch to 2147483647", edit(ctx, oncall, lease2.Name, func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(limit) }), "rises by at most 1")
+	checkGuard(t, "break glass: duration removed, held", edit(ctx, oncall, lease2.Name, func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = nil }), "may decrease only once the record is released")
+}
+
+// TestLeaseGuardOutlivesUninstall (issue 18): `helm uninstall` keeps the writer's RBAC, so writers
+// that hold it keep minting; the lease guard stays with it, so an admin still cannot delete a shard
+// Lease (an epoch reset) under them. It goes only in the documented removal order: the RBAC first,
+// then the guard. With writer.keepOnUninstall=false both go with the release.
+func TestLeaseGuardOutlivesUninstall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("kept", func(t *testing.T) {
+		t.Parallel()
+		r, lease := installGuardWithLease(t, nil)
+		if err := r.helm.Uninstall(r.name, false); err != nil {
+			t.Fatal(err)
+		}
+		name := r.name + "-lease-guard." + r.ns
+		if _, err := r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("the lease guard's policy after uninstall: %v", err)
+		}
+		if _, err := r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("the lease guard's binding after uninstall: %v", err)
+		}
+		admin := r.cs.CoordinationV1().Leases(r.ns)
+		checkGuard(t, "an admin deleting a shard Lease after uninstall", admin.Delete(ctx, lease.Name, metav1.DeleteOptions{}), "never deleted")
+		writer := saClient(t, r, r.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(r.ns)
+		checkGuard(t, "the writer, still bound, lowering the epoch after uninstall",
+			edit(ctx, writer, lease.Name, func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To[int32](0) }), "may never decrease")
+		checkGuard(t, "an admin editing the holder after uninstall",
+			edit(ctx, admin, lease.Name, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") }), "only the writer's ServiceAccount")
+
+		// The removal order of the README: the writer's RBAC, then the guard's binding and policy.
+		if err := r.cs.RbacV1().RoleBindings(r.ns).Delete(ctx, writerRoleName(r.name), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.cs.RbacV1().Roles(r.ns).Delete(ctx, writerRoleName(r.name), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.cs.CoreV1().ServiceAccounts(r.ns).Delete(ctx, "noetl-cmdbus-writer", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("the documented removal (binding %s): %v", name, err)
+		}
+		if err := r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("the documented removal (policy %s): %v", name, err)
+		}
+		waitFor(t, 30*time.Second, "the Lease to be deletable once the guard is gone", func(ctx context.Context) (bool, error) {
+			err := admin.Delete(ctx, lease.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil, nil
+		})
+	})
+	t.Run("keepOnUninstall=false", func(t *testing.T) {
+		t.Parallel()
+		r, lease := installGuardWithLease(t, map[string]any{"writer": map[string]any{"keepOnUninstall": false}})
+		if err := r.helm.Uninstall(r.name, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.cs.RbacV1().RoleBindings(r.ns).Get(ctx, writerRoleName(r.name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("keepOnUninstall=false: the RoleBinding is still there (err %v)", err)
+		}
+		waitFor(t, 30*time.Second, "the guard to go with the RBAC", func(ctx context.Context) (bool, error) {
+			err := r.cs.CoordinationV1().Leases(r.ns).Delete(ctx, lease.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil, nil
+		})
 	})
 }

@@ -6,15 +6,23 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/noetl/ehdb-election/internal/repo"
 )
 
 // issue makes a serving certificate for host signed by a fresh CA, as the rotator would: the
@@ -208,9 +216,231 @@ func TestUninstallRemovesTheWebhookConfigurationFirst(t *testing.T) {
 			}
 			objs := newObjects(t, r.c)
 			gone, _ := splitKept(append(r.rendered.Objects, r.rendered.Hooks...))
+			if tc.noHooks {
+				// The TLS Secret is created by a hook and removed by one (webhook-tls.yaml): without
+				// hooks it stays behind, as the README says.
+				secret := r.name + "-webhook-tls"
+				gone = slices.DeleteFunc(gone, func(o *unstructured.Unstructured) bool { return o.GetKind() == "Secret" && o.GetName() == secret })
+				if _, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, secret, metav1.GetOptions{}); err != nil {
+					t.Errorf("control: the TLS Secret after uninstall --no-hooks: %v (the README says it stays)", err)
+				}
+			}
 			if left := leftovers(ctx, t, objs, gone); len(left) > 0 {
 				t.Errorf("helm uninstall left: %v", left)
 			}
 		})
 	}
+}
+
+// rotatorFills does what the webhook's rotator does after start-up: it writes a CA and a serving
+// certificate into the chart's TLS Secret and the CA into every entry's caBundle. It returns the data.
+func rotatorFills(t *testing.T, r *testRelease) (data map[string][]byte, caCert []byte) {
+	t.Helper()
+	ctx := context.Background()
+	cert, key, caCert := issue(t, r.name+"-webhook."+r.ns+".svc")
+	data = map[string][]byte{"ca.crt": caCert, "tls.crt": cert, "tls.key": key}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Data = data
+		_, err = r.cs.CoreV1().Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vwcs := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		vwc, err := vwcs.Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range vwc.Webhooks {
+			vwc.Webhooks[i].ClientConfig.CABundle = caCert
+		}
+		_, err = vwcs.Update(ctx, vwc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, caCert
+}
+
+// checkTLSKept fails unless the TLS Secret still holds data and every entry of the webhook
+// configuration still trusts caCert, with a serving certificate that verifies against it.
+func checkTLSKept(t *testing.T, r *testRelease, step string, data map[string][]byte, caCert []byte, wantTimeout int32) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Errorf("%s: the TLS Secret: %v", step, err)
+		return
+	}
+	if !reflect.DeepEqual(got.Data, data) {
+		t.Errorf("%s: the TLS Secret's data changed (keys now %v)", step, keys(got.Data))
+	}
+	vwc, err := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+	for _, w := range vwc.Webhooks {
+		if !bytes.Equal(w.ClientConfig.CABundle, caCert) {
+			t.Errorf("%s: %s lost its caBundle (%d bytes)", step, w.Name, len(w.ClientConfig.CABundle))
+		} else if err := verifyServing(got.Data["tls.crt"], w.ClientConfig.CABundle, r.name+"-webhook."+r.ns+".svc"); err != nil {
+			t.Errorf("%s: %s: %v", step, w.Name, err)
+		}
+		if wantTimeout != 0 && *w.TimeoutSeconds != wantTimeout {
+			t.Errorf("%s: %s timeoutSeconds = %d, want %d (the change did not apply)", step, w.Name, *w.TimeoutSeconds, wantTimeout)
+		}
+	}
+}
+
+// TestForceAndRollbackKeepTheRotatorsTLS (issue 18): `helm upgrade --force` replaces (PUTs) every
+// object of the release with its rendering (helm.sh/helm/v3 pkg/kube updateResource), and rollback
+// applies an older revision's manifest. Neither may empty the TLS Secret or the caBundle: the chart
+// keeps the Secret out of the release's objects and renders the live caBundle back.
+func TestForceAndRollbackKeepTheRotatorsTLS(t *testing.T) {
+	t.Parallel()
+	r := newRelease(t, nil)
+	r.install(t, r.values(nil)) // revision 1
+	ctx := context.Background()
+	s, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the install created no TLS Secret for the rotator: %v", err)
+	}
+	if len(s.Data) != 0 {
+		t.Fatalf("the chart installed a non-empty TLS Secret: %v", keys(s.Data))
+	}
+	data, caCert := rotatorFills(t, r)
+
+	changed := r.values(nil, map[string]any{"webhook": map[string]any{"timeoutSeconds": 7, "podAnnotations": map[string]any{"rollout": "2"}}})
+	if _, err := r.helm.UpgradeForce(ctx, r.name, changed); err != nil { // revision 2
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "upgrade --force with changes", data, caCert, 7)
+	if _, err := r.helm.UpgradeForce(ctx, r.name, r.values(nil)); err != nil { // revision 3
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "upgrade --force back to the defaults", data, caCert, 5)
+	if _, err := r.helm.Upgrade(ctx, r.name, changed); err != nil { // revision 4
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "upgrade", data, caCert, 7)
+	if err := r.helm.Rollback(r.name, 3, false); err != nil { // revision 5
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "rollback to revision 3", data, caCert, 5)
+	if err := r.helm.Rollback(r.name, 2, true); err != nil { // revision 6
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "rollback --force to revision 2", data, caCert, 7)
+
+	// The install's revision was rendered before any CA existed, so its manifest has no caBundle and
+	// Helm's three-way merge removes the injected one (the rotator, which watches the configuration,
+	// puts it back; README "Limits"). The Secret, which is no release object, keeps its data.
+	if err := r.helm.Rollback(r.name, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+	if err != nil || !reflect.DeepEqual(got.Data, data) {
+		t.Errorf("rollback --force to revision 1: the TLS Secret changed (err %v)", err)
+	}
+
+	// Uninstall still removes it.
+	if err := r.helm.Uninstall(r.name, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the TLS Secret to go with the release", func(ctx context.Context) (bool, error) {
+		_, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// previousRelease is the commit whose chart is the previous release, 0.1.0 as main had it before
+// 0.2.0's changes (the chart version stayed 0.1.0 through many commits, so it is pinned here; the
+// repository has no release tags yet). Move it with each release.
+const previousRelease = "50033a0ebe6f06f1a44dcee0e8eef189cfff2702"
+
+// previousChart loads the previous release's chart from git; it skips when the history is not there
+// (a shallow clone).
+func previousChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	root, err := repo.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "prev.tar")
+	if _, err := git(t, root, "archive", "-o", archive, previousRelease, "charts/ehdb-election"); err != nil {
+		t.Skipf("the previous release's chart is not in this clone: %v", err)
+	}
+	cmd := exec.Command("tar", "-xf", archive, "-C", dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("untar: %v: %s", err, out)
+	}
+	prev, err := loader.Load(filepath.Join(dir, "charts", "ehdb-election"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev.Metadata.Version == cur.Metadata.Version {
+		t.Fatalf("the previous release's chart has the current version %s: move previousRelease", cur.Metadata.Version)
+	}
+	return prev
+}
+
+// TestUpgradeFromThePreviousChartKeepsTheTLS: a release installed by the previous chart (0.1.0) owns
+// its TLS Secret as a release object. Upgrading to this chart — with --force, the worst case — keeps
+// the rotator's data; the next upgrade stops managing the Secret without deleting it; uninstall
+// still removes it.
+func TestUpgradeFromThePreviousChartKeepsTheTLS(t *testing.T) {
+	t.Parallel()
+	prev := previousChart(t)
+	r := newRelease(t, nil)
+	rendered, err := r.helm.InstallChart(context.Background(), prev, r.name, r.values(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.rendered = rendered
+	t.Cleanup(func() { _ = r.helm.Uninstall(r.name, false); r.removeKeptLeaseGuard(t) })
+	ctx := context.Background()
+	if r.rendered.Find("Secret", r.name+"-webhook-tls") == nil {
+		t.Fatalf("chart %s does not own the TLS Secret: nothing to migrate", prev.Metadata.Version)
+	}
+	data, caCert := rotatorFills(t, r)
+
+	up, err := r.helm.UpgradeForce(ctx, r.name, r.values(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "upgrade --force from "+prev.Metadata.Version, data, caCert, 5)
+	if s := up.Find("Secret", r.name+"-webhook-tls"); s == nil || s.GetAnnotations()[keepPolicy] != "keep" {
+		t.Errorf("the migrating upgrade does not render the Secret once more with keep: %v", s)
+	}
+	up, err = r.helm.Upgrade(ctx, r.name, r.values(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.Find("Secret", r.name+"-webhook-tls") != nil {
+		t.Error("the second upgrade still renders the TLS Secret as a release object")
+	}
+	checkTLSKept(t, r, "the next upgrade", data, caCert, 5)
+	if _, err := r.helm.UpgradeForce(ctx, r.name, r.values(nil)); err != nil {
+		t.Fatal(err)
+	}
+	checkTLSKept(t, r, "a later upgrade --force", data, caCert, 5)
+
+	if err := r.helm.Uninstall(r.name, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the TLS Secret to go with the release", func(ctx context.Context) (bool, error) {
+		_, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }

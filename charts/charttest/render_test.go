@@ -127,6 +127,7 @@ func TestDefaultsRenderTheSpecifiedObjects(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{
+		"ClusterRole/ehdb-election-lease-viewer.noetl",
 		"ClusterRole/ehdb-election-webhook",
 		"ClusterRoleBinding/ehdb-election-webhook",
 		"Deployment/ehdb-election-webhook",
@@ -286,7 +287,6 @@ func TestSchemaRefuses(t *testing.T) {
 		values map[string]any
 		path   string
 	}{
-		{"writer SA default", sa("default"), "/writer/serviceAccount/name"},
 		{"writer SA empty", sa(""), "/writer/serviceAccount/name"},
 		{"writer SA not a DNS name", sa("Noetl_Writer"), "/writer/serviceAccount/name"},
 		{"writer SA not a string", sa(7), "/writer/serviceAccount/name"},
@@ -309,7 +309,6 @@ func TestSchemaRefuses(t *testing.T) {
 		{"alert duration", map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"alerts": map[string]any{
 			"forbidden": map[string]any{"enabled": true, "for": "five minutes", "severity": "warning"}}}}}, "/metrics/prometheusRule/alerts/forbidden/for"},
 		{"port out of range", wh("ports", map[string]any{"webhook": 70000}), "/webhook/ports/webhook"},
-		{"webhook SA default", wh("serviceAccount", map[string]any{"name": "default"}), "/webhook/serviceAccount/name"},
 		{"existing webhook SA without a name", wh("serviceAccount", map[string]any{"create": false}), "/webhook/serviceAccount"},
 		{"prometheus duration out of order", map[string]any{"metrics": map[string]any{"serviceMonitor": map[string]any{"interval": "30s1m"}}}, "/metrics/serviceMonitor/interval"},
 	}
@@ -331,6 +330,30 @@ func TestSchemaRefuses(t *testing.T) {
 		map[string]any{"leaseGuard": map[string]any{"validationActions": []any{"Warn", "Audit"}}}} {
 		if _, err := Render(Name, testNS, v); err != nil {
 			t.Errorf("valid values %v refused: %v", v, err)
+		}
+	}
+}
+
+// TestDefaultServiceAccountIsRefusedClearly (issue 18): `default` as the writer's or the webhook's
+// account is refused with the chart's own reason, not the schema validator's "'allOf' failed /
+// 'not' failed" (a schema cannot say why; the template can).
+func TestDefaultServiceAccountIsRefusedClearly(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		want   string
+	}{
+		{map[string]any{"writer": map[string]any{"serviceAccount": map[string]any{"name": "default"}}}, "writer.serviceAccount.name must name a dedicated ServiceAccount, not \"default\""},
+		{map[string]any{"webhook": map[string]any{"serviceAccount": map[string]any{"name": "default"}}}, "webhook.serviceAccount.name must not be \"default\""},
+		{map[string]any{"webhook": map[string]any{"serviceAccount": map[string]any{"create": false, "name": "default"}}}, "webhook.serviceAccount.name must not be \"default\""},
+	} {
+		_, err := Render(Name, testNS, tc.values)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want the chart's message %q", tc.values, err, tc.want)
+		}
+		for _, noise := range []string{"'allOf' failed", "'not' failed"} {
+			if err != nil && strings.Contains(err.Error(), noise) {
+				t.Errorf("%v: the refusal says %q: %v", tc.values, noise, err)
+			}
 		}
 	}
 }

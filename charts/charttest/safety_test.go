@@ -288,7 +288,8 @@ func TestNotesGiveTheRemovalOrder(t *testing.T) {
 		want   []string
 	}{
 		{"kept", nil, []string{"REVERSE order", "NOETL_EHDB_FENCING=shadow", "rollout status statefulset/noetl-cmdbus-writer", "Only then remove", "are KEPT",
-			"delete rolebinding,role ehdb-shard-election", "delete serviceaccount noetl-cmdbus-writer"}},
+			"delete rolebinding,role ehdb-shard-election", "delete serviceaccount noetl-cmdbus-writer",
+			"lease guard stays", "delete validatingadmissionpolicybinding,validatingadmissionpolicy ehdb-election-lease-guard.noetl"}},
 		{"not kept", map[string]any{"writer": map[string]any{"keepOnUninstall": false}}, []string{"REVERSE order", "NOETL_EHDB_FENCING=shadow",
 			"rollout status statefulset/noetl-cmdbus-writer", "Only then remove", "DELETES the writer's ServiceAccount"}},
 	} {

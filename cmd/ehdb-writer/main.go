@@ -1,23 +1,28 @@
 // Command ehdb-writer is a minimal writer process embedding the election: it reads the election's
-// environment, runs it (or declines, never failing start-up over it), serves /metrics and /healthz,
-// logs each outcome change as JSON, and releases its Lease on SIGTERM or SIGINT. It is the demo and
+// environment, runs it (or declines, never failing start-up over it), serves /metrics, /healthz and
+// /readyz (election.Readiness: not ready while NOETL_EHDB_FENCING=enforce and no valid token), logs
+// each outcome change as JSON, and releases its Lease on SIGTERM or SIGINT. It is the demo and
 // end-to-end workload; with --kubeconfig it runs outside a cluster against any API server.
 //
-// With --intervals-file it appends one JSON line per validity change, for a safety checker (with
-// --intervals-file=- to standard error, where a Pod's log keeps them; the log's own lines have a
-// "msg", these do not):
+// With --intervals-file it appends JSON lines for a safety checker (with --intervals-file=- to
+// standard error, where a Pod's log keeps them; the log's own lines have a "msg", these do not):
+// first, before the election starts, the process's start
+//
+//	{"identity":"<hostname>#<uuid>","started":"<RFC3339Nano>"}
+//
+// then one line per validity change
 //
 //	{"identity":"<hostname>#<uuid>","epoch":N,"from":"<RFC3339Nano>","until":"<RFC3339Nano>"}
 //
 // written on every successful acquisition and renewal (from = when the acquisition's answer
 // arrived, until = the write's send time + the lease duration) and on loss or release (until = the
 // instant the token was dropped). The last line per (identity, epoch) is the interval. The instants
-// are the machine's, also when --clock-offset/--clock-rate run the election on a skewed clock.
+// are the machine's, also when --clock-offset/--clock-rate run the election on a skewed clock. A
+// record that cannot be written stops the process (exit 1): its record would be incomplete.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,7 +33,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -57,7 +61,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	fs := flag.NewFlagSet("ehdb-writer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; empty means the in-cluster configuration")
-	metricsAddr := fs.String("metrics-addr", ":9090", "address to serve /metrics and /healthz on")
+	metricsAddr := fs.String("metrics-addr", ":9090", "address to serve /metrics, /healthz and /readyz on")
 	intervalsFile := fs.String("intervals-file", "", "append one JSON line per token validity change to this file (- = standard error, among the log lines)")
 	clockOffset := fs.Duration("clock-offset", 0, "test workload: run the election on a clock this far off the machine's (e.g. -2m)")
 	clockRate := fs.Float64("clock-rate", 1, "test workload: run the election on a clock ticking this many times as fast as the machine's (e.g. 1.004)")
@@ -99,19 +103,18 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	}
 
 	if *intervalsFile != "" {
-		var out io.Writer = stderr // "-": in a Pod, the lines go to the container's log
-		if *intervalsFile != "-" {
-			f, err := os.OpenFile(*intervalsFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-			if err != nil {
-				log.Error("cannot open the intervals file", "path", *intervalsFile, "error", err)
-				return 1
-			}
-			defer f.Close()
-			out = f
+		rec, closeFile, err := openIntervals(*intervalsFile, stderr, opts.Identity, log, toReal)
+		if err != nil {
+			log.Error("cannot record validity intervals", "path", *intervalsFile, "error", err)
+			return 1
 		}
-		rec := &intervals{w: out, identity: opts.Identity, log: log, toReal: toReal}
+		defer closeFile()
 		opts.OnEvent = rec.record
 	}
+
+	// The readiness reads the environment as it is, also when a kubeconfig that cannot be loaded
+	// turns the election off below: armed, that writer is declined, not merely "off".
+	readyEnv := env
 
 	// The election's context is not the signal's: cancelling it would stop the driver without a
 	// release, which is a crash as far as the Lease is concerned.
@@ -135,10 +138,12 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		}
 	}
 	el := election.StartFromEnvironment(electionCtx, env, restConfig, opts)
+	readiness := election.NewReadiness(el, readyEnv)
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.Handle("/readyz", &readyz{check: readiness.Check, log: log})
 	ln, err := net.Listen("tcp", *metricsAddr)
 	if err != nil {
 		log.Error("cannot serve metrics", "address", *metricsAddr, "error", err)
@@ -206,75 +211,5 @@ func withNamespaceFallback(env func(string) (string, bool), ns string) func(stri
 			return ns, true
 		}
 		return env(k)
-	}
-}
-
-// intervals writes the validity intervals file. Each line is one write(2) on an O_APPEND file, so
-// several writers (a pod name's successive processes) can share it without interleaving.
-type intervals struct {
-	mu       sync.Mutex
-	w        io.Writer
-	identity string
-	log      *slog.Logger
-	failed   bool
-	// toReal maps the election's clock to the machine's: the file states real instants, which
-	// compare across writers whatever clock each election runs on. nil means the same clock.
-	toReal func(time.Time) time.Time
-	now    func() time.Time // the machine's clock; nil means time.Now
-
-	last intervalLine // the last line written
-}
-
-type intervalLine struct {
-	Identity string `json:"identity"`
-	Epoch    uint64 `json:"epoch"`
-	From     string `json:"from"`
-	Until    string `json:"until"`
-}
-
-func (r *intervals) record(ev election.Event) {
-	switch ev.Outcome {
-	case election.Acquired, election.Renewed, election.Lost, election.Released:
-	default:
-		return
-	}
-	from, until := ev.From, ev.Until
-	if r.toReal != nil && !from.IsZero() {
-		from, until = r.toReal(from), r.toReal(until)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	// A new acquisition replaces the token of a holding that lapsed without a loss (its record
-	// expired, so the election re-acquires at epoch + 1): that epoch's validity ended when the new
-	// token was published, which is before this call. Close it here, so the file does not claim
-	// the old epoch valid until its lease would have run out.
-	if ev.Outcome == election.Acquired && r.last.Identity != "" && r.last.Epoch != ev.Epoch {
-		now := time.Now()
-		if r.now != nil {
-			now = r.now()
-		}
-		if lastUntil, err := time.Parse(time.RFC3339Nano, r.last.Until); err == nil && lastUntil.After(now) {
-			closed := r.last
-			closed.Until = now.UTC().Format(time.RFC3339Nano)
-			r.write(closed)
-		}
-	}
-	r.write(intervalLine{
-		Identity: r.identity,
-		Epoch:    ev.Epoch,
-		From:     from.UTC().Format(time.RFC3339Nano),
-		Until:    until.UTC().Format(time.RFC3339Nano),
-	})
-}
-
-func (r *intervals) write(l intervalLine) {
-	b, err := json.Marshal(l)
-	if err != nil {
-		return
-	}
-	r.last = l
-	if _, err := r.w.Write(append(b, '\n')); err != nil && !r.failed {
-		r.failed = true
-		r.log.Error("cannot write the intervals file", "error", err)
 	}
 }

@@ -48,6 +48,8 @@ type options struct {
 	guardedNamespaces []string
 	maxInFlight       int
 	maxShards         int
+	clientCAFile      string
+	clientNames       []string
 
 	// Not flags. extraDNSNames are added to the rotated serving certificate (tests reach the
 	// webhook as localhost); shutdownTimeout bounds the graceful stop.
@@ -77,6 +79,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	guarded := fs.String("guarded-namespaces", "", "comma-separated namespaces the guard sees (its webhook configuration's namespaceSelector): its Lease and workload watches and reads are scoped to them; \"*\" means every namespace (and needs cluster-wide RBAC); default: --namespace")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 32, "reviews one process works on at once; more wait for a slot until their deadline, then get HTTP 429 (the API server applies the failure policy)")
 	fs.IntVar(&o.maxShards, "max-shards", 128, "most shards one object may make the guard judge (a StatefulSet whose pods take the shard from the ordinal has one per replica); above it an armed object is refused")
+	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM CA bundle: require every client to present a certificate it signed (the API server does when its admission configuration's kubeConfigFile has a user for this Service); empty: any client may connect")
+	clientNames := fs.String("client-names", "", "comma-separated names (subject CN or DNS SAN) a client certificate must carry, with --client-ca-file; empty: any the CA signed")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -93,6 +97,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		if n = strings.TrimSpace(n); n != "" && !slices.Contains(o.guardedNamespaces, n) {
 			o.guardedNamespaces = append(o.guardedNamespaces, n)
 		}
+	}
+	for _, n := range strings.Split(*clientNames, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			o.clientNames = append(o.clientNames, n)
+		}
+	}
+	if len(o.clientNames) > 0 && o.clientCAFile == "" {
+		return o, errors.New("--client-names needs --client-ca-file")
 	}
 	if len(o.guardedNamespaces) == 0 {
 		if o.namespace == "" {

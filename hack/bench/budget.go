@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -15,10 +17,15 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/internal/harness"
+	"github.com/noetl/ehdb-election/webhook"
+	"github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 // The budget goals of issue 12: the worst single review is decided in under 50 ms with under
@@ -32,6 +39,14 @@ const (
 	worstConcurrency    = 50
 	worstReplicas       = 2147483647
 	worstSingleRequests = 10
+	// The ConfigMap reader of issue 17: an unarmed Deployment reading 32 ConfigMaps of 1 MB
+	// (once 37 → 102 MB for one review, 494 MB for 8 at once).
+	bigConfigMaps    = 32
+	bigConfigMapSize = 1 << 20
+	// The hostile clients of issue 17: connections without credentials, each a POST claiming a
+	// 7 MiB body and sending a byte a second, reopened whenever the webhook hangs up.
+	slowClients      = 100
+	slowClaimedBytes = 7 << 20
 )
 
 // budgetResult is what one webhook process does with the worst object an armed writer can be: a
@@ -54,6 +69,22 @@ type budgetResult struct {
 	CorrectErrors       int
 	CorrectP50, CorrMax time.Duration
 	FirstError          string
+	// Half the workers send the ConfigMap reader instead of the worst StatefulSet: its reviews
+	// and how many were refused (every refusal is wrong: it is unarmed and correct).
+	ReaderSent, ReaderRefused int
+	ReaderFirstRefusal        string
+
+	// Hostile clients: Slow connections held open for SlowWindow (SlowOpened in all, as the
+	// webhook hangs up on them), while a correct StatefulSet and an armed Pod with the election
+	// off and the default ServiceAccount (which fails open if the guard does not answer) are
+	// sent in turn every 100 ms.
+	Slow, SlowOpened                int
+	SlowWindow                      time.Duration
+	SlowCorrectN, SlowCorrectErrors int
+	SlowCorrectP50, SlowCorrectMax  time.Duration
+	SlowPodN, SlowPodAdmitted       int
+	SlowPeak                        int64
+	SlowFirstError                  string
 }
 
 // measureBudget sends the worst review alone, then from 50 workers at once while a correct review
@@ -99,17 +130,35 @@ func (b *bench) measureBudget(ctx context.Context, cs kubernetes.Interface, wh *
 	}
 	res.ExtraPeak = peak - res.RSSBefore
 
-	b.step("admission budget: %d workers sending worst-case reviews for %s while a correct review is timed", res.Concurrency, res.Window)
+	reader, cleanup, err := b.configMapReader(ctx, cs)
+	if err != nil {
+		return res, err
+	}
+	defer cleanup()
+	b.step("admission budget: %d workers sending worst-case reviews (the StatefulSet, and a Deployment reading %d ConfigMaps of 1 MB) for %s while a correct review is timed", res.Concurrency, bigConfigMaps, res.Window)
 	if err := resetPeak(pid); err != nil {
 		return res, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, res.Window)
 	defer cancel()
-	var sent, notRefused atomic.Int64
+	var sent, notRefused, readerSent, readerRefused atomic.Int64
+	var firstRefusal atomic.Value
 	var wg sync.WaitGroup
-	for range res.Concurrency {
+	for i := range res.Concurrency {
 		wg.Go(func() {
 			for wctx.Err() == nil {
+				if i%2 == 1 {
+					_, err := cs.AppsV1().Deployments(namespace).Create(wctx, reader, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+					if wctx.Err() != nil {
+						return
+					}
+					readerSent.Add(1)
+					if err != nil {
+						readerRefused.Add(1)
+						firstRefusal.CompareAndSwap(nil, truncateText(err.Error(), 300))
+					}
+					continue
+				}
 				err := dryRun(wctx, cs, worst)
 				if wctx.Err() != nil {
 					return
@@ -143,12 +192,148 @@ func (b *bench) measureBudget(ctx context.Context, cs kubernetes.Interface, wh *
 	}
 	res.ConcurrentPeak = peak
 	res.WorstSent, res.WorstNotRefused = int(sent.Load()), int(notRefused.Load())
+	res.ReaderSent, res.ReaderRefused = int(readerSent.Load()), int(readerRefused.Load())
+	if v, ok := firstRefusal.Load().(string); ok {
+		res.ReaderFirstRefusal = v
+	}
 	slices.Sort(correctTimes)
 	res.CorrectN = len(correctTimes)
 	if len(correctTimes) > 0 {
 		res.CorrectP50, res.CorrMax = correctTimes[len(correctTimes)/2], correctTimes[len(correctTimes)-1]
 	}
-	return res, ctx.Err()
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, b.measureSlowClients(ctx, cs, wh, correct, &res)
+}
+
+// configMapReader creates the big ConfigMaps and returns the Deployment that reads them all,
+// unarmed (its fencing switch, in one of them, is off), and a cleanup.
+func (b *bench) configMapReader(ctx context.Context, cs kubernetes.Interface) (*appsv1.Deployment, func(), error) {
+	b.step("admission budget: %d ConfigMaps of %s in %s", bigConfigMaps, mibString(bigConfigMapSize), namespace)
+	blob := strings.Repeat("x", bigConfigMapSize-64)
+	var names []string
+	for i := range bigConfigMaps {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ehdb-bench-big-%d", i), Namespace: namespace},
+			Data: map[string]string{"blob": blob}}
+		if i == bigConfigMaps-1 {
+			cm.Data[webhook.EnvFencing] = "shadow"
+		}
+		if _, err := cs.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, func() {}, fmt.Errorf("creating ConfigMap %s: %w", cm.Name, err)
+		}
+		names = append(names, cm.Name)
+	}
+	cleanup := func() {
+		for _, n := range names {
+			_ = cs.CoreV1().ConfigMaps(namespace).Delete(context.WithoutCancel(ctx), n, metav1.DeleteOptions{})
+		}
+	}
+	tmpl := webhooktest.ReferenceWriter(namespace).Spec.Template
+	c := &tmpl.Spec.Containers[0]
+	c.Env = nil
+	for _, n := range names {
+		c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: n}}})
+	}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-bench-reads-big-configmaps", Namespace: namespace},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}, Template: tmpl}}
+	if _, err := cs.AppsV1().Deployments(namespace).Create(ctx, d, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		cleanup()
+		return nil, func() {}, fmt.Errorf("the unarmed reader of %d ConfigMaps of 1 MB was refused alone: %w", bigConfigMaps, err)
+	}
+	return d, cleanup, nil
+}
+
+// measureSlowClients holds slowClients hostile connections open against the webhook's own
+// address for the window while a correct StatefulSet and the armed Pod are sent in turn.
+func (b *bench) measureSlowClients(ctx context.Context, cs kubernetes.Interface, wh *harness.Webhook, correct *appsv1.StatefulSet, res *budgetResult) error {
+	res.Slow, res.SlowWindow = slowClients, time.Minute
+	if b.opts.quick {
+		res.SlowWindow = 15 * time.Second
+	}
+	u, err := url.Parse(wh.URL)
+	if err != nil {
+		return err
+	}
+	armedPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-bench-armed-pod", Namespace: namespace},
+		Spec: webhooktest.ReferenceWriter(namespace, webhooktest.Armed()).Spec.Template.Spec}
+	armedPod.Spec.ServiceAccountName = ""
+	if _, err := cs.CoreV1().Pods(namespace).Create(ctx, armedPod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+		return errors.New("the armed Pod with the election off and the default ServiceAccount was admitted with no attack: the guard is not in its path")
+	}
+	b.step("admission budget: %d hostile connections (a POST claiming %s, a byte a second) for %s while reviews are timed", res.Slow, mibString(slowClaimedBytes), res.SlowWindow)
+	if err := resetPeak(wh.PID()); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, res.SlowWindow)
+	defer cancel()
+	var opened atomic.Int64
+	var wg sync.WaitGroup
+	for range res.Slow {
+		wg.Go(func() {
+			for wctx.Err() == nil {
+				opened.Add(1)
+				trickle(wctx, u.Host, u.Path)
+			}
+		})
+	}
+	var times []time.Duration
+	for turn := 0; wctx.Err() == nil; turn++ {
+		start := time.Now()
+		if turn%2 == 0 {
+			err := dryRun(ctx, cs, correct)
+			took := time.Since(start)
+			if err != nil {
+				res.SlowCorrectErrors++
+				if res.SlowFirstError == "" {
+					res.SlowFirstError = truncateText(err.Error(), 300)
+				}
+			} else {
+				times = append(times, took)
+			}
+		} else {
+			res.SlowPodN++
+			if _, err := cs.CoreV1().Pods(namespace).Create(ctx, armedPod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+				res.SlowPodAdmitted++
+			}
+		}
+		sleepCtx(wctx, 100*time.Millisecond)
+	}
+	wg.Wait()
+	_, peak, err := procMemory(wh.PID())
+	if err != nil {
+		return err
+	}
+	res.SlowPeak, res.SlowOpened = peak, int(opened.Load())
+	slices.Sort(times)
+	res.SlowCorrectN = len(times)
+	if len(times) > 0 {
+		res.SlowCorrectP50, res.SlowCorrectMax = times[len(times)/2], times[len(times)-1]
+	}
+	return ctx.Err()
+}
+
+// trickle is one hostile connection: TLS without a client certificate, headers claiming
+// slowClaimedBytes, then a byte a second until the webhook hangs up or ctx ends.
+func trickle(ctx context.Context, addr, path string) {
+	d := &tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}} // #nosec G402 -- the attacker checks nothing
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		sleepCtx(ctx, time.Second)
+		return
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if _, err := fmt.Fprintf(conn, "POST %s?timeout=30s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, slowClaimedBytes); err != nil {
+		return
+	}
+	for sent := 0; sent < slowClaimedBytes && ctx.Err() == nil; sent++ {
+		if _, err := conn.Write([]byte{' '}); err != nil {
+			return
+		}
+		sleepCtx(ctx, time.Second)
+	}
 }
 
 // procMemory reads VmRSS and VmHWM (peak RSS) of pid, in bytes.
@@ -243,8 +428,25 @@ func renderBudget(p func(string, ...any), r *budgetResult, err error) {
 		r.Concurrency, r.Window, r.WorstSent, r.WorstNotRefused, mibString(r.ConcurrentPeak), verdict(r.ConcurrentPeak > 0 && r.ConcurrentPeak < goalConcurrentRSS, "< 64 MiB"))
 	p("| a correct review meanwhile: p50 / max of %d (%d errors) | %s / %s | %s |", r.CorrectN, r.CorrectErrors, dur(r.CorrectP50), dur(r.CorrMax),
 		verdict(r.CorrectN > 0 && r.CorrectErrors == 0 && r.CorrMax < goalCorrectLatency, "max < 1 s"))
+	p("| the unarmed Deployment reading %d ConfigMaps of 1 MB, sent by half of those workers: refused of %d (every refusal is wrong) | %d | %s |",
+		bigConfigMaps, r.ReaderSent, r.ReaderRefused, verdict(r.ReaderSent > 0 && r.ReaderRefused == 0, "0"))
+	if r.Slow > 0 {
+		p("| %d hostile TLS connections (no credentials, a POST claiming %s, a byte a second) held for %s, %d opened in all: peak RSS | %s | %s |",
+			r.Slow, mibString(slowClaimedBytes), r.SlowWindow, r.SlowOpened, mibString(r.SlowPeak), verdict(r.SlowPeak > 0 && r.SlowPeak < goalConcurrentRSS, "< 64 MiB"))
+		p("| meanwhile a correct StatefulSet: p50 / max of %d (%d errors) | %s / %s | %s |", r.SlowCorrectN, r.SlowCorrectErrors, dur(r.SlowCorrectP50), dur(r.SlowCorrectMax),
+			verdict(r.SlowCorrectN > 0 && r.SlowCorrectErrors == 0 && r.SlowCorrectMax < goalCorrectLatency, "max < 1 s"))
+		p("| meanwhile an armed Pod, election off, default ServiceAccount (fails open): admitted of %d | %d | %s |", r.SlowPodN, r.SlowPodAdmitted, verdict(r.SlowPodN > 0 && r.SlowPodAdmitted == 0, "0"))
+	}
 	p("")
 	p("The denial: `%s`", strings.ReplaceAll(r.Denial, "\n", " "))
+	if r.ReaderFirstRefusal != "" {
+		p("")
+		p("First refusal of the ConfigMap reader: %s", r.ReaderFirstRefusal)
+	}
+	if r.SlowFirstError != "" {
+		p("")
+		p("First error of a correct review under the hostile connections: %s", r.SlowFirstError)
+	}
 	if r.FirstError != "" {
 		p("")
 		p("First error of a correct review: %s", r.FirstError)

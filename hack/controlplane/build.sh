@@ -47,5 +47,6 @@ for c in "${components[@]}"; do
   mv "$out/$c.tmp" "$out/$c"
   echo "controlplane: [$i/${#components[@]}] built $c in $(( $(date +%s) - start ))s"
 done
+mkdir -p "$root/.cache/controlplane"
 ln -sfn "$out" "$root/.cache/controlplane/current"
 echo "controlplane: binaries in $out"

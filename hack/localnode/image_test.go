@@ -47,6 +47,38 @@ func TestOCIArchiveIsTheReleaseBuildersLayout(t *testing.T) {
 	if len(cfg.Config.Entrypoint) != 1 || cfg.Config.Entrypoint[0] != "/ehdb-writer" || cfg.Config.User != "65532:65532" || cfg.OS != "linux" {
 		t.Fatalf("config %+v", cfg)
 	}
+	if len(cfg.Config.Env) != 1 || cfg.Config.Env[0] != "PATH=/" {
+		t.Fatalf("env %q, want only PATH", cfg.Config.Env)
+	}
+}
+
+// An image's own ENV (the armed writer's NOETL_EHDB_FENCING=enforce) lands in its config after PATH,
+// under the name exactly as given (no registry added).
+func TestOCIArchiveCarriesTheImagesEnv(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("bytes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "img.tar")
+	if err := writeOCIArchive(imageSpec{Ref: "w:dev-armed", Binary: bin, Entrypoint: "/w", Env: []string{"NOETL_EHDB_FENCING=enforce"}}, out); err != nil {
+		t.Fatal(err)
+	}
+	imgs, closeArchive, err := ociimage.ReadArchive(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeArchive()
+	if len(imgs) != 1 || imgs[0].Ref != "w:dev-armed" {
+		t.Fatalf("archive names %v", imgs)
+	}
+	cfg, err := imgs[0].Image.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Config.Env) != 2 || cfg.Config.Env[0] != "PATH=/" || cfg.Config.Env[1] != "NOETL_EHDB_FENCING=enforce" {
+		t.Fatalf("env %q", cfg.Config.Env)
+	}
 }
 
 func TestOCIArchiveRefusesAMissingBinary(t *testing.T) {

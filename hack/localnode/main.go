@@ -82,6 +82,10 @@ func (o options) images(l layout) []imageSpec {
 		{Ref: pauseImage, Binary: filepath.Join(l.bin, "pause"), Entrypoint: "/pause", User: "65535:65535"},
 		{Ref: o.imageRepo + "-webhook:" + o.imageTag, Binary: filepath.Join(l.bin, "webhook"), Entrypoint: "/ehdb-webhook", User: "65532:65532"},
 		{Ref: o.imageRepo + "-writer:" + o.imageTag, Binary: filepath.Join(l.bin, "ehdb-writer"), Entrypoint: "/ehdb-writer", User: "65532:65532"},
+		// The same writer with the fence armed in the image's ENV, a path the admission guard
+		// cannot see: the in-cluster suite rolls it out to show the writer's readiness backstop.
+		{Ref: o.imageRepo + "-writer:" + o.imageTag + "-armed", Binary: filepath.Join(l.bin, "ehdb-writer"), Entrypoint: "/ehdb-writer", User: "65532:65532",
+			Env: []string{"NOETL_EHDB_FENCING=enforce"}},
 	}
 }
 
@@ -169,8 +173,12 @@ func build(l layout, o options, suite bool) error {
 	return nil
 }
 
-// keepLogs moves the components' and the Pods' logs out of the state folder before it is removed,
-// to .cache/localnode/logs (the last run's only).
+// nodeFilesDir is the state folder's part that the suite shares with the node (E2E_NODE_DIR): the
+// writer Pods keep their records for the safety checker there (hostPath), beyond their Pods' lives.
+const nodeFilesDir = "node-files"
+
+// keepLogs moves the components' and the Pods' logs, and the writers' records, out of the state
+// folder before it is removed, to .cache/localnode/logs (the last run's only).
 func keepLogs(l layout) error {
 	dst := filepath.Join(filepath.Dir(l.state), "logs")
 	if err := os.RemoveAll(dst); err != nil {
@@ -180,7 +188,7 @@ func keepLogs(l layout) error {
 		return err
 	}
 	var errs []error
-	for _, d := range []string{"logs", "pod-logs"} {
+	for _, d := range []string{"logs", "pod-logs", nodeFilesDir} {
 		if err := os.Rename(filepath.Join(l.state, d), filepath.Join(dst, d)); err != nil && !os.IsNotExist(err) {
 			errs = append(errs, err)
 		}
@@ -365,6 +373,8 @@ func (n *node) run(ctx context.Context, l layout, o options, cmd []string) int {
 		"E2E_IMAGE_REPO="+o.imageRepo,
 		"E2E_IMAGE_TAG="+o.imageTag,
 		"EHDB_REQUIRE_CLUSTER=1",
+		// The suite runs on the node: it reads the writers' records where their Pods keep them.
+		"E2E_NODE_DIR="+filepath.Join(l.state, nodeFilesDir),
 	)
 	logf("running %s (E2E_KUBECONFIG=%s E2E_IN_CLUSTER=1)", strings.Join(cmd, " "), n.cluster.Kubeconfig)
 	start := time.Now()

@@ -85,7 +85,7 @@ func privateMounts(state string) error {
 func (n *node) up(ctx context.Context, l layout, imgs []imageSpec) error {
 	n.l, n.started = l, time.Now()
 	state := l.state
-	for _, d := range []string{"containerd", "kubelet", "pod-logs", "cni/net.d", "cni/ipam", "logs"} {
+	for _, d := range []string{"containerd", "kubelet", "pod-logs", "cni/net.d", "cni/ipam", "logs", nodeFilesDir} {
 		if err := os.MkdirAll(filepath.Join(state, d), 0o755); err != nil {
 			return err
 		}

@@ -36,7 +36,7 @@ func WriteArchive(out string, imgs []Named) error {
 			return err
 		}
 		if err := p.AppendImage(n.Image, layout.WithAnnotations(map[string]string{
-			annotationImageName:                 tag.Name(),
+			annotationImageName:                 n.Ref, // as given: containerd and the kubelet match the name exactly
 			"org.opencontainers.image.ref.name": tag.TagStr(),
 		})); err != nil {
 			return fmt.Errorf("oci layout: %s: %w", n.Ref, err)

@@ -40,6 +40,7 @@ type Spec struct {
 	Binary     string            // path of the static binary on this machine
 	Entrypoint string            // its absolute path inside the image, e.g. /ehdb-webhook
 	User       string            // "uid:gid" in the image config; "" runs as root
+	Env        []string          // the image's ENV after PATH=/
 	Labels     map[string]string // image config labels (org.opencontainers.image.*)
 }
 
@@ -76,7 +77,7 @@ func Build(spec Spec) (v1.Image, error) {
 		Config: v1.Config{
 			Entrypoint: []string{spec.Entrypoint},
 			User:       spec.User,
-			Env:        []string{"PATH=/"},
+			Env:        append([]string{"PATH=/"}, spec.Env...),
 			WorkingDir: "/",
 			Labels:     spec.Labels,
 		},
@@ -178,11 +179,12 @@ func sortedRefs(imgs []Named) []Named {
 	return out
 }
 
-// parseTagged checks that ref names a repository and a tag (no digest): what an archive entry is called.
+// parseTagged checks that ref names a repository and an explicit tag (no digest): what an archive
+// entry is called. A registry may be left out (the local node's short names).
 func parseTagged(ref string) (name.Tag, error) {
-	t, err := name.NewTag(ref, name.StrictValidation)
-	if err != nil {
-		return name.Tag{}, fmt.Errorf("image reference %q: want registry/repository:tag: %w", ref, err)
+	t, err := name.NewTag(ref)
+	if err != nil || !strings.HasSuffix(ref, ":"+t.TagStr()) {
+		return name.Tag{}, fmt.Errorf("image reference %q: want [registry/]repository:tag (%v)", ref, err)
 	}
 	return t, nil
 }

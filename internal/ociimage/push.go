@@ -20,7 +20,7 @@ func Push(ctx context.Context, n Named) (name.Digest, error) {
 		return name.Digest{}, err
 	}
 	if isLoopback(tag.RegistryStr()) {
-		if tag, err = name.NewTag(n.Ref, name.StrictValidation, name.Insecure); err != nil {
+		if tag, err = name.NewTag(n.Ref, name.Insecure); err != nil {
 			return name.Digest{}, err
 		}
 	}

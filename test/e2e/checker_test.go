@@ -140,29 +140,45 @@ type scrapeSample struct {
 // must overlap [from, until] of that writer's holding of E. Only [Start, End] is known of the
 // instant the writer evaluated, so a scrape is a violation only when the whole window misses the
 // interval. (A broken validity rule in the election shows here even though the intervals, which
-// are computed from the same variables, look fine.)
+// are computed from the same variables, look fine.) Every writer's record is taken to be complete.
 func scrapeViolations(samples []scrapeSample, ivs []interval) []string {
+	safety, _ := scrapeVerdicts(samples, ivs, nil)
+	return safety
+}
+
+// scrapeVerdicts is scrapeViolations over records that may not all have been collected: recorded,
+// when not nil, names the processes whose record the checker holds (their start line was read). A
+// valid scrape of a process whose record is missing is a harness error — its evidence was lost,
+// so there is nothing to judge — never a safety verdict; a process whose record is there but names
+// no such holding is a safety violation, as strictly as ever.
+func scrapeVerdicts(samples []scrapeSample, ivs []interval, recorded map[string]bool) (safety, harness []string) {
 	byKey := map[string]interval{}
 	for _, iv := range ivs {
 		byKey[iv.Identity+"/"+strconv.FormatUint(iv.Epoch, 10)] = iv
 	}
-	var out []string
+	missing := map[string]bool{}
 	for _, s := range samples {
 		if !s.Valid {
 			continue
 		}
 		iv, ok := byKey[s.Identity+"/"+strconv.FormatUint(s.Epoch, 10)]
 		switch {
+		case !ok && recorded != nil && !recorded[s.Identity]:
+			if !missing[s.Identity] {
+				missing[s.Identity] = true
+				harness = append(harness, fmt.Sprintf("HARNESS: no record of %s was collected, yet its scrape in [%s, %s] shows token_valid 1 for epoch %d: its evidence is missing, so its scrapes are not judged",
+					s.Identity, s.Start.Format(time.StampMicro), s.End.Format(time.StampMicro), s.Epoch))
+			}
 		case !ok:
-			out = append(out, fmt.Sprintf("SAFETY: %s's scrape in [%s, %s] shows token_valid 1 for epoch %d, which it never recorded holding",
+			safety = append(safety, fmt.Sprintf("SAFETY: %s's scrape in [%s, %s] shows token_valid 1 for epoch %d, which it never recorded holding",
 				s.Identity, s.Start.Format(time.StampMicro), s.End.Format(time.StampMicro), s.Epoch))
 		case s.End.Before(iv.From) || s.Start.After(iv.Until):
-			out = append(out, fmt.Sprintf("SAFETY: %s's scrape in [%s, %s] shows token_valid 1 for epoch %d outside its validity [%s, %s] (%s past its end)",
+			safety = append(safety, fmt.Sprintf("SAFETY: %s's scrape in [%s, %s] shows token_valid 1 for epoch %d outside its validity [%s, %s] (%s past its end)",
 				s.Identity, s.Start.Format(time.StampMicro), s.End.Format(time.StampMicro), s.Epoch,
 				iv.From.Format(time.StampMicro), iv.Until.Format(time.StampMicro), s.Start.Sub(iv.Until).Round(time.Microsecond)))
 		}
 	}
-	return out
+	return safety, harness
 }
 
 // longestGap is the longest stretch of [from, to] in which no interval is valid, and where it

@@ -69,3 +69,41 @@ func TestLongestGap(t *testing.T) {
 		t.Fatalf("gap %v at %v, want the 10s tail at %v", gap, start, at(20))
 	}
 }
+
+// Evidence that was never collected is the harness's failure, never a safety verdict; evidence
+// that was collected and names no such holding stays a safety violation.
+func TestScrapeVerdictsTellLostEvidenceFromAMissingHolding(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ivs := []interval{{Identity: "a", Epoch: 1, From: at(0), Until: at(1000)}}
+	scrape := func(id string, epoch uint64) []scrapeSample {
+		return []scrapeSample{{Identity: id, Epoch: epoch, Valid: true, Start: at(10), End: at(20)}}
+	}
+	for _, tc := range []struct {
+		name                string
+		samples             []scrapeSample
+		recorded            map[string]bool
+		wantSafety, wantHar string
+	}{
+		{name: "a process whose record was not collected", samples: scrape("b", 2), recorded: map[string]bool{"a": true}, wantHar: "no record of b was collected"},
+		{name: "a process whose record names no such holding", samples: scrape("b", 2), recorded: map[string]bool{"a": true, "b": true}, wantSafety: "never recorded holding"},
+		{name: "every record taken as complete (host-process suites)", samples: scrape("b", 2), wantSafety: "never recorded holding"},
+		{name: "a recorded holding", samples: scrape("a", 1), recorded: map[string]bool{"a": true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			safety, harness := scrapeVerdicts(tc.samples, ivs, tc.recorded)
+			for _, c := range []struct {
+				what string
+				got  []string
+				want string
+			}{{"safety", safety, tc.wantSafety}, {"harness", harness, tc.wantHar}} {
+				if c.want == "" && len(c.got) > 0 {
+					t.Errorf("%s verdicts %q, want none", c.what, c.got)
+				}
+				if c.want != "" && !strings.Contains(strings.Join(c.got, "\n"), c.want) {
+					t.Errorf("%s verdicts %q, want one mentioning %q", c.what, c.got, c.want)
+				}
+			}
+		})
+	}
+}

@@ -74,6 +74,9 @@ type icSystem struct {
 	uninstalled bool
 	// samples are the scrapes in which a writer Pod claimed a valid token, for the cross-check.
 	samples []scrapeSample
+	// evidence keeps every writer container's record (start and validity intervals) for the
+	// safety checker.
+	evidence evidence
 }
 
 // requireInCluster skips unless E2E_IN_CLUSTER=1, and then insists on E2E_KUBECONFIG: the local
@@ -100,7 +103,10 @@ func newICSystem(t *testing.T) *icSystem {
 	if s.chart, err = chartinstall.New(c.Kubeconfig, s.ns, chartDir, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("namespace %s, images %s and %s", s.ns, s.images.webhook, s.images.writer)
+	if s.evidence, err = s.newEvidence(); err != nil {
+		t.Fatalf("HARNESS: %v", err)
+	}
+	t.Logf("namespace %s, images %s and %s; the writers' records are kept in %s", s.ns, s.images.webhook, s.images.writer, s.evidence)
 	return s
 }
 
@@ -220,7 +226,7 @@ func (s *icSystem) scaleWebhook(n int32) {
 
 // icWriter is the reference writer (SPEC.md) as it runs in a cluster: the chart's ServiceAccount,
 // the project's writer image (never pulled), /ehdb-writer with the election on, the shard from the
-// ordinal in HOSTNAME, restricted pod security.
+// ordinal in HOSTNAME, restricted pod security (but for the folder of its record, below).
 func (s *icSystem) icWriter(replicas int32, fencing string) *appsv1.StatefulSet {
 	sts := referenceWriter(s.ns, writerSA, replicas, env(
 		"NOETL_EHDB_FENCING", fencing,
@@ -239,12 +245,14 @@ func (s *icSystem) icWriter(replicas int32, fencing string) *appsv1.StatefulSet 
 	c.Image = s.images.writer
 	c.ImagePullPolicy = corev1.PullNever
 	c.Command = []string{"/ehdb-writer"}
-	c.Args = []string{"--intervals-file=-"} // validity intervals in the log, for the safety checker
 	c.SecurityContext = &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
 		ReadOnlyRootFilesystem:   ptr.To(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
+	// The record for the safety checker: start and validity intervals (a hostPath folder where the
+	// harness reads the node's files, which restricted pod security would refuse; else the log).
+	s.evidence.writerSpec(spec)
 	return sts
 }
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,33 +18,36 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// intervalLog follows the logs of the writer Pods, where each writer (--intervals-file=-) prints
-// its validity intervals among its log lines, and keeps the last line per (identity, epoch): the
-// in-cluster counterpart of the intervals files the host-process suite reads. Every container is
-// followed from its start for as long as it runs, so the lines survive the Pod's deletion. A
-// container that starts and dies between two looks (500 ms) is missed: the checker then sees fewer
-// intervals, never a false overlap.
-type intervalLog struct {
-	s      *icSystem
-	cancel context.CancelFunc
-	done   chan struct{}
-	wg     sync.WaitGroup
+// logEvidence follows the logs of the writer Pods, where each writer (--intervals-file=-) prints
+// its record among its log lines: the store for clusters whose nodes' files the harness cannot
+// read. It finds containers by listing the Pods every 500 ms and asks for each one's log by Pod and
+// container name, which the kubelet resolves to the container current at that moment; a
+// container that started and was replaced between two looks, or whose Pod was gone, is missed.
+// Its process then has no record here, which the checker reports as a harness error.
+type logEvidence struct {
+	s         *icSystem
+	stopLooks context.CancelFunc
+	cancel    context.CancelFunc // the streams
+	done      chan struct{}
+	wg        sync.WaitGroup
+	once      sync.Once
 
 	mu        sync.Mutex
-	last      map[string]interval
+	recs      records
 	followed  map[string]bool // container IDs
 	streamErr []string
 }
 
-func (s *icSystem) followIntervals() *intervalLog {
+func (s *icSystem) followLogs() *logEvidence {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &intervalLog{s: s, cancel: cancel, done: make(chan struct{}), last: map[string]interval{}, followed: map[string]bool{}}
+	looks, stopLooks := context.WithCancel(ctx)
+	l := &logEvidence{s: s, stopLooks: stopLooks, cancel: cancel, done: make(chan struct{}), recs: newRecords(), followed: map[string]bool{}}
 	go func() {
 		defer close(l.done)
 		for {
 			l.look(ctx)
 			select {
-			case <-ctx.Done():
+			case <-looks.Done():
 				return
 			case <-time.After(500 * time.Millisecond):
 			}
@@ -55,8 +57,18 @@ func (s *icSystem) followIntervals() *intervalLog {
 	return l
 }
 
+func (l *logEvidence) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("the logs of %d writer containers (stream errors: %v)", len(l.followed), l.streamErr)
+}
+
+func (l *logEvidence) writerSpec(spec *corev1.PodSpec) {
+	spec.Containers[0].Args = []string{"--intervals-file=-"}
+}
+
 // look starts following every writer container not followed yet.
-func (l *intervalLog) look(ctx context.Context) {
+func (l *logEvidence) look(ctx context.Context) {
 	pods, err := l.s.cs.CoreV1().Pods(l.s.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return
@@ -81,7 +93,7 @@ func (l *intervalLog) look(ctx context.Context) {
 	}
 }
 
-func (l *intervalLog) follow(ctx context.Context, pod, container, id string) {
+func (l *logEvidence) follow(ctx context.Context, pod, container, id string) {
 	defer l.wg.Done()
 	rc, err := l.s.cs.CoreV1().Pods(l.s.ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Follow: true}).Stream(ctx)
 	if err != nil {
@@ -93,57 +105,38 @@ func (l *intervalLog) follow(ctx context.Context, pod, container, id string) {
 	defer rc.Close()
 	sc := bufio.NewScanner(rc)
 	for sc.Scan() {
-		var line struct {
-			interval
-			Msg *string `json:"msg"`
-		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != nil || line.Identity == "" {
-			continue // a log line, not an interval
-		}
 		l.mu.Lock()
-		l.last[line.Identity+"/"+strconv.FormatUint(line.Epoch, 10)] = line.interval
+		_ = l.recs.add(sc.Bytes(), false)
 		l.mu.Unlock()
 	}
 }
 
 // stop waits a while for the followed containers to end (their streams close), then cuts the rest.
-func (l *intervalLog) stop() {
-	all := make(chan struct{})
-	go func() { <-l.done; l.wg.Wait(); close(all) }()
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
-	}
-	l.cancel()
-	<-all
+func (l *logEvidence) stop() {
+	l.once.Do(func() {
+		l.stopLooks()
+		all := make(chan struct{})
+		go func() { <-l.done; l.wg.Wait(); close(all) }()
+		select {
+		case <-all:
+		case <-time.After(30 * time.Second):
+		}
+		l.cancel()
+		<-all
+	})
 }
 
-// check stops following and runs the safety checker and the scrape cross-check over what the
-// writer Pods recorded.
-func (l *intervalLog) check(samples []scrapeSample) {
-	t := l.s.t
-	t.Helper()
-	l.stop()
+func (l *logEvidence) collect() (records, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var ivs []interval
-	for _, iv := range l.last {
-		if iv.Until.After(iv.From) {
-			ivs = append(ivs, iv)
-		}
+	out := newRecords()
+	for k, v := range l.recs.started {
+		out.started[k] = v
 	}
-	sortIntervals(ivs)
-	if len(ivs) == 0 {
-		t.Errorf("safety checker: the writer Pods' logs hold no validity interval (%d containers followed; stream errors: %v)", len(l.followed), l.streamErr)
+	for k, v := range l.recs.last {
+		out.last[k] = v
 	}
-	reportViolations(t, "intervals", safetyViolations(ivs, nil))
-	reportViolations(t, "scrapes", scrapeViolations(samples, ivs))
-	var epochs []string
-	for _, iv := range ivs {
-		epochs = append(epochs, strconv.FormatUint(iv.Epoch, 10))
-	}
-	t.Logf("safety checker: %d validity intervals from %d writer containers (epochs %s), %d scrapes cross-checked; stream errors: %v",
-		len(ivs), len(l.followed), strings.Join(epochs, ","), len(samples), l.streamErr)
+	return out, nil
 }
 
 // writerProcesses finds the processes of this namespace's writer Pod by their environment, when

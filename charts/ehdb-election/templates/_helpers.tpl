@@ -131,8 +131,18 @@ a second release for another writer namespace (webhook.enabled=false) does not c
 {{- end }}
 
 {{/*
-The writer's ServiceAccount name. The schema already refuses "default" and ""; this check stays for
-installs that skip schema validation, because the mistake it prevents is silent and wide.
+The writer's Role and RoleBinding: named from the release, so a second release in one namespace does
+not collide. The release named like the chart (`helm install ehdb-election`) keeps the specification's
+name, ehdb-shard-election: its upgrades find the Role they kept, and the names tools look for.
+*/}}
+{{- define "ehdb-election.writer.roleName" -}}
+{{- $full := include "ehdb-election.fullname" . }}
+{{- if eq $full .Chart.Name }}ehdb-shard-election{{ else }}{{ printf "%s-shard-election" $full }}{{ end }}
+{{- end }}
+
+{{/*
+The writer's ServiceAccount name. The schema refuses "" (not a DNS name); "default" is refused here,
+where the message can say why (a schema can only say "'not' failed"), schema or no schema.
 */}}
 {{- define "ehdb-election.writer.serviceAccountName" -}}
 {{- $name := .Values.writer.serviceAccount.name | default "" }}
@@ -142,9 +152,23 @@ installs that skip schema validation, because the mistake it prevents is silent 
 {{- $name }}
 {{- end }}
 
+{{/*
+The webhook's image. global.imageRegistry (the convention of charts that mirror images) replaces the
+registry of webhook.image.repository: its first path element when that names a host (has a "." or
+a ":", or is "localhost"), else it is prefixed.
+*/}}
 {{- define "ehdb-election.webhook.image" -}}
 {{- $img := .Values.webhook.image }}
-{{- $ref := printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag) }}
+{{- $repo := $img.repository }}
+{{- with (.Values.global | default dict).imageRegistry }}
+{{- $parts := splitList "/" $repo }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- $repo = join "/" (rest $parts) }}
+{{- end }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
+{{- end }}
+{{- $ref := printf "%s:%s" $repo (default .Chart.AppVersion $img.tag) }}
 {{- if $img.digest }}
 {{- $ref = printf "%s@%s" $ref $img.digest }}
 {{- end }}
@@ -198,6 +222,7 @@ with "root" (the top context) and "hook" (bool).
 {{- define "ehdb-election.webhook.configuration" -}}
 {{- $root := .root }}
 {{- with $root }}
+{{- $caBundle := include "ehdb-election.webhook.caBundle" . }}
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
 metadata:
@@ -230,6 +255,9 @@ webhooks:
     failurePolicy: {{ .Values.webhook.failurePolicy.workloads }}
     matchPolicy: Equivalent
     clientConfig:
+      {{- with $caBundle }}
+      caBundle: {{ . }}
+      {{- end }}
       service:
         name: {{ include "ehdb-election.webhook.serviceName" . }}
         namespace: {{ .Release.Namespace }}
@@ -265,6 +293,9 @@ webhooks:
     failurePolicy: {{ .Values.webhook.failurePolicy.pods }}
     matchPolicy: Equivalent
     clientConfig:
+      {{- with $caBundle }}
+      caBundle: {{ . }}
+      {{- end }}
       service:
         name: {{ include "ehdb-election.webhook.serviceName" . }}
         namespace: {{ .Release.Namespace }}
@@ -291,6 +322,9 @@ webhooks:
     failurePolicy: {{ .Values.webhook.failurePolicy.workloads }}
     matchPolicy: Equivalent
     clientConfig:
+      {{- with $caBundle }}
+      caBundle: {{ . }}
+      {{- end }}
       service:
         name: {{ include "ehdb-election.webhook.serviceName" . }}
         namespace: {{ .Release.Namespace }}
@@ -308,6 +342,31 @@ webhooks:
         expression: >-
           has(object.data) && object.data.exists(k, object.data[k].lowerAscii().contains('enforce'))
 {{- end }}
+{{- end }}
+
+{{/*
+ehdb-election.online: "true" when Helm renders against a cluster (install, upgrade, server-side dry
+run), empty for an offline render (`helm template`, client-side dry runs), where lookup answers an
+empty map. Listing ServiceAccounts of the release namespace answers a List object even when the
+namespace is empty or does not exist yet; the disarm check below needs the same permission.
+*/}}
+{{- define "ehdb-election.online" -}}
+{{- if (lookup "v1" "ServiceAccount" .Release.Namespace "") }}true{{ end }}
+{{- end }}
+
+{{/*
+ehdb-election.webhook.caBundle: the caBundle the API server trusts now (the first one in the live
+webhook configuration), empty offline or before anything injected one. Rendered into every entry so
+that `helm upgrade --force`, which replaces the configuration with its rendering, keeps it (and a new
+entry gets it at once); the rotator or cainjector stays its writer.
+*/}}
+{{- define "ehdb-election.webhook.caBundle" -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" (include "ehdb-election.webhook.configName" .) }}
+{{- $ca := "" }}
+{{- range ($live.webhooks | default list) }}
+{{- if not $ca }}{{ $ca = dig "clientConfig" "caBundle" "" . }}{{ end }}
+{{- end }}
+{{- $ca }}
 {{- end }}
 
 {{/*
@@ -356,19 +415,20 @@ only listed when an account would actually be lost.
 {{- $root := . }}
 {{- $ns := .Release.Namespace }}
 {{- $newSA := include "ehdb-election.writer.serviceAccountName" . }}
+{{- $roleName := include "ehdb-election.writer.roleName" . }}
 {{- $lost := dict }}
 {{- /* Accounts the release's RoleBinding binds today. */}}
-{{- $rb := lookup "rbac.authorization.k8s.io/v1" "RoleBinding" $ns "ehdb-shard-election" }}
+{{- $rb := lookup "rbac.authorization.k8s.io/v1" "RoleBinding" $ns $roleName }}
 {{- if and $rb (include "ehdb-election.writer.owned" (list $root $rb)) }}
-{{- $role := lookup "rbac.authorization.k8s.io/v1" "Role" $ns "ehdb-shard-election" }}
+{{- $role := lookup "rbac.authorization.k8s.io/v1" "Role" $ns $roleName }}
 {{- $roleGoes := and (not .Values.writer.rbac.create) $role (include "ehdb-election.writer.owned" (list $root $role)) (not (include "ehdb-election.writer.kept" $role)) }}
 {{- $rbGoes := and (not .Values.writer.rbac.create) (not (include "ehdb-election.writer.kept" $rb)) }}
 {{- range $rb.subjects | default list }}
 {{- if and (eq .kind "ServiceAccount") (eq (.namespace | default $ns) $ns) }}
 {{- if or $rbGoes $roleGoes }}
-{{- $_ := set $lost .name "writer.rbac.create=false deletes the Role and RoleBinding ehdb-shard-election" }}
+{{- $_ := set $lost .name (printf "writer.rbac.create=false deletes the Role and RoleBinding %s" $roleName) }}
 {{- else if and $root.Values.writer.rbac.create (ne .name $newSA) }}
-{{- $_ := set $lost .name (printf "the RoleBinding ehdb-shard-election would bind %s instead" $newSA) }}
+{{- $_ := set $lost .name (printf "the RoleBinding %s would bind %s instead" $roleName $newSA) }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,107 @@
+package charttest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// writerRoleName is the name the chart gives the writer's Role and RoleBinding in release.
+func writerRoleName(release string) string {
+	if release == Name {
+		return "ehdb-shard-election"
+	}
+	if strings.Contains(release, Name) {
+		return release + "-shard-election"
+	}
+	return release + "-" + Name + "-shard-election"
+}
+
+// TestWriterRoleIsNamedFromTheRelease (issue 18): the Role and RoleBinding are named from the release
+// (the release named like the chart keeps the specification's ehdb-shard-election), and every
+// reference follows: the RoleBinding's roleRef, the NOTES' removal commands, the alert's text.
+func TestWriterRoleIsNamedFromTheRelease(t *testing.T) {
+	for _, release := range []string{Name, "ehdb-election-b", "other"} {
+		r, err := Render(release, testNS, ruleValues(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := writerRoleName(release)
+		if r.Find("Role", want) == nil {
+			t.Errorf("release %s: no Role %s", release, want)
+			continue
+		}
+		rb := r.Find("RoleBinding", want)
+		if rb == nil {
+			t.Errorf("release %s: no RoleBinding %s", release, want)
+			continue
+		}
+		if ref := typed[rbacv1.RoleBinding](t, rb).RoleRef.Name; ref != want {
+			t.Errorf("release %s: the RoleBinding refers to Role %s, want %s", release, ref, want)
+		}
+		if !strings.Contains(r.Notes, "delete rolebinding,role "+want) {
+			t.Errorf("release %s: NOTES do not name %s", release, want)
+		}
+		if d := renderedAlerts(t, ruleValues(nil)); release == Name && !strings.Contains(d["EhdbElectionForbidden"].Annotations["description"], want) {
+			t.Errorf("the Forbidden alert does not name the RoleBinding %s", want)
+		}
+		if release != Name && strings.Contains(r.Manifest+r.Notes, "ehdb-shard-election") {
+			t.Errorf("release %s still names ehdb-shard-election somewhere", release)
+		}
+	}
+}
+
+// TestTwoReleasesInOneNamespaceAndTheViewRole (issue 18): a second release in the namespace of the
+// first (its own writer account, no second lease guard or webhook) installs beside it; and a user
+// with nothing but the built-in `view` role there can read the shard Leases, not write them.
+func TestTwoReleasesInOneNamespaceAndTheViewRole(t *testing.T) {
+	t.Parallel()
+	r, lease := installGuardWithLease(t, nil)
+	ctx := context.Background()
+	second := &testRelease{c: r.c, cs: r.cs, ns: r.ns, name: "second-" + r.name, helm: r.helm}
+	second.install(t, second.values(mustValuesFile(t, "ci/writer-rbac-only-values.yaml"), map[string]any{
+		"writer":     map[string]any{"serviceAccount": map[string]any{"name": "second-writer"}},
+		"leaseGuard": map[string]any{"enabled": false},
+	}))
+	for _, rel := range []*testRelease{r, second} {
+		name := writerRoleName(rel.name)
+		if _, err := r.cs.RbacV1().Roles(r.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("release %s: Role %s: %v", rel.name, name, err)
+		}
+	}
+
+	if _, err := r.cs.RbacV1().RoleBindings(r.ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "olivia-views"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "olivia"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	may := func(ctx context.Context, verb string) (bool, error) {
+		sar, err := r.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "olivia", Groups: []string{"system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: "coordination.k8s.io", Resource: "leases", Namespace: r.ns, Name: lease.Name},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	}
+	// The controller manager aggregates the chart's ClusterRole into view asynchronously.
+	waitFor(t, 60*time.Second, "view to grant reading the shard Leases", func(ctx context.Context) (bool, error) { return may(ctx, "get") })
+	for _, verb := range []string{"list", "watch"} {
+		if ok, err := may(ctx, verb); err != nil || !ok {
+			t.Errorf("view: %s leases = %v (%v), want allowed", verb, ok, err)
+		}
+	}
+	for _, verb := range []string{"create", "update", "patch", "delete"} {
+		if ok, err := may(ctx, verb); err != nil || ok {
+			t.Errorf("view: %s leases = %v (%v), want refused", verb, ok, err)
+		}
+	}
+}

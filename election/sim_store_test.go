@@ -1,0 +1,149 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// simStore is one process's view of the store: every call is handed to the simulation, which
+// decides when (and whether) it reaches the store and when (and whether) its answer comes back.
+type simStore struct {
+	s *sim
+	p *simProc
+}
+
+func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Lease, f func() (*coordinationv1.Lease, error)) (*coordinationv1.Lease, error) {
+	// Runs on one of the process's goroutines, which owns its election's state for now.
+	s, p := st.s, st.p
+	if p.crashed {
+		return nil, fmt.Errorf("%s: the process is dead", what)
+	}
+	s.noteAbsence(p)
+	s.mu.Lock()
+	watchFrom := p.watchFrom // the watch goroutine sets it
+	s.mu.Unlock()
+	op := &simOp{p: p, what: what, issued: s.clk.Now(), req: req, apply: f, resp: make(chan simResult, 1),
+		blind: what == "create" && !p.e.d.everSeen, timerFrom: p.absentTrue, watchFrom: watchFrom,
+		sawN: len(p.sawList), handled: p.e.watchEvents.Load(), waited: p.e.believed(p.e.d.rec)}
+	switch {
+	case what == "create":
+		op.waited = p.e.d.absentWait
+	case holderOf(p.e.d.rec) == "":
+		op.waited = 0 // a release is taken at once
+	}
+	if snap := p.e.state.Load(); what != "get" && snap.sent && p.e.fresh(p.clk.Now(), snap.lastSend, snap.lastBoot) {
+		// Its last holding has not lapsed (it may have been dropped just now, on the news this
+		// write acts on).
+		op.prev = p.holdings[snap.epoch]
+	}
+	if !s.loop {
+		s.ops <- op
+		r := <-op.resp
+		return r.l, r.err
+	}
+	s.mu.Lock()
+	p.op = op
+	s.mu.Unlock()
+	select {
+	case r := <-op.resp:
+		return r.l, r.err
+	case <-ctx.Done():
+		s.mu.Lock()
+		op.gone = true
+		if p.op == op {
+			p.op = nil
+		}
+		if !op.applied {
+			s.orphans = append(s.orphans, op)
+		}
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%s: %w", what, ctx.Err())
+	}
+}
+
+func (st simStore) Get(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+	return st.do(ctx, "get", nil, func() (*coordinationv1.Lease, error) { return st.s.mem.Get(context.Background(), name) })
+}
+
+func (st simStore) Create(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	return st.do(ctx, "create", l, func() (*coordinationv1.Lease, error) { return st.s.mem.Create(context.Background(), l) })
+}
+
+func (st simStore) Update(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	return st.do(ctx, "update", l, func() (*coordinationv1.Lease, error) { return st.s.mem.Update(context.Background(), l) })
+}
+
+// Watch (loop mode: watchLoop calls it) opens a stream whose events the scheduler hands over one
+// at a time. In step mode the simulation runs the watches itself and this is never called.
+func (st simStore) Watch(ctx context.Context, name string) (watch.Interface, error) {
+	s, p := st.s, st.p
+	if !s.loop {
+		return nil, errors.New("step mode: the simulation runs the watches")
+	}
+	if p.watchDown || p.crashed {
+		return nil, apierrors.NewServiceUnavailable("the watch cache is not ready")
+	}
+	inner, err := s.mem.Watch(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	sw := &simWatch{s: s, p: p, inner: inner, ch: make(chan watch.Event)}
+	s.mu.Lock()
+	p.sw, p.watchFrom = sw, s.clk.Now()
+	s.mu.Unlock()
+	return sw, nil
+}
+
+// simWatch is a watch stream the loop scheduler feeds: it takes the store's events from inner and
+// hands each to the watch goroutine only when that goroutine is blocked receiving.
+type simWatch struct {
+	s       *sim
+	p       *simProc
+	inner   watch.Interface
+	ch      chan watch.Event
+	once    sync.Once
+	stopped atomic.Bool
+	next    *watch.Event // taken from inner (or an old event to replay), not yet handed over
+}
+
+func (w *simWatch) ResultChan() <-chan watch.Event { return w.ch }
+
+func (w *simWatch) Stop() {
+	w.stopped.Store(true)
+	w.inner.Stop()
+	w.once.Do(func() { close(w.ch) })
+	w.s.mu.Lock()
+	if w.p.sw == w {
+		w.p.sw, w.p.watchFrom = nil, time.Time{}
+	}
+	w.s.mu.Unlock()
+}
+
+// sawUID says whether p had been shown incarnation uid when it sent op: by an answer, or by a
+// watch event its driver had handled.
+func (op *simOp) sawUID(uid types.UID) bool {
+	p := op.p
+	return slices.Contains(p.sawList[:op.sawN], uid) || slices.Contains(p.delivered[:min(int(op.handled), len(p.delivered))], uid)
+}
+
+func (s *sim) noteSeen(p *simProc, l *coordinationv1.Lease) {
+	if l != nil && !slices.Contains(p.sawList, l.UID) {
+		p.sawList = append(p.sawList, l.UID)
+	}
+}
+
+func (s *sim) noteDelivered(p *simProc, ev watch.Event) {
+	if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Error && ev.Type != watch.Bookmark {
+		p.delivered = append(p.delivered, l.UID)
+	}
+}

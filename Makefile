@@ -10,6 +10,9 @@ KIND        ?= kind
 KIND_CLUSTER ?= ehdb-election
 IMAGE_REPO  ?= ghcr.io/noetl/ehdb-election
 IMAGE_TAG   ?= dev
+DIST        ?= $(CURDIR)/dist
+# The OCI-layout archive `make images` writes: `kind load image-archive` and `ctr images import` read it.
+IMAGES_TAR  := $(CACHE)/images/images.tar
 TEST_TIMEOUT ?= 40m
 
 .PHONY: help
@@ -28,6 +31,19 @@ controlplane: ## Build (or reuse) the local control plane: etcd, kube-apiserver,
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./hack/release check-chart
+
+.PHONY: chart-lock
+chart-lock: ## Record the chart's version and contents (after bumping Chart.yaml and adding a CHANGELOG section)
+	$(GO) run ./hack/release lock-chart
+
+.PHONY: release
+release: ## The release: images (OCI archive + digests) and the chart package pinned to them, in dist/
+	$(GO) run ./hack/release build -repo $(IMAGE_REPO) -out $(DIST)
+
+.PHONY: helm
+helm: ## Build the real helm CLI from the module proxy into .cache/helm (the release test uses it)
+	hack/helm/build.sh
 
 # Tests run in a network namespace with only loopback (hack/offline.sh): nothing they start can
 # reach an address off this machine. `go vet` first fetches every module they need.
@@ -71,14 +87,13 @@ demo: controlplane ## The main job: control plane, chart, webhook and writers; t
 	$(GO) run ./cmd/ehdb-demo
 
 .PHONY: images
-images: ## Build the container images (needs Docker)
-	docker build --target webhook -t $(IMAGE_REPO)-webhook:$(IMAGE_TAG) .
-	docker build --target writer -t $(IMAGE_REPO)-writer:$(IMAGE_TAG) .
+images: ## Build the webhook and writer images into one OCI archive (no Docker: hack/release, go-containerregistry)
+	$(GO) run ./hack/release images -repo $(IMAGE_REPO) -tag $(IMAGE_TAG) -out $(IMAGES_TAR)
 
 .PHONY: e2e-kind
-e2e-kind: images ## Create a kind cluster from kind-config.yaml, load the images, run the suite in it (needs Docker and kind)
+e2e-kind: images ## Create a kind cluster from kind-config.yaml, load the images, run the suite in it (needs Docker and kind; the images come from `make images`)
 	$(KIND) get clusters | grep -qx $(KIND_CLUSTER) || $(KIND) create cluster --name $(KIND_CLUSTER) --config kind-config.yaml --kubeconfig $(CACHE)/kind.kubeconfig
-	$(KIND) load docker-image --name $(KIND_CLUSTER) $(IMAGE_REPO)-webhook:$(IMAGE_TAG) $(IMAGE_REPO)-writer:$(IMAGE_TAG)
+	$(KIND) load image-archive --name $(KIND_CLUSTER) $(IMAGES_TAR)
 	E2E_IN_CLUSTER=1 E2E_KUBECONFIG=$(CACHE)/kind.kubeconfig E2E_IMAGE_REPO=$(IMAGE_REPO) E2E_IMAGE_TAG=$(IMAGE_TAG) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: e2e-node

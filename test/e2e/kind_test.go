@@ -75,13 +75,13 @@ func TestMakeE2EKindRunsTheSuiteAgainstKind(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make -n e2e-kind: %v\n%s", err, out)
 	}
-	// In this order: images built, cluster created from kind-config.yaml, images loaded, the
+	// In this order: images built (one OCI archive, by the release's builder), cluster created from kind-config.yaml, images loaded, the
 	// same e2e suite run in-cluster (E2E_IN_CLUSTER=1) with E2E_KUBECONFIG pointing at the kind cluster.
 	want := []string{
-		"docker build --target webhook",
-		"docker build --target writer",
+		"hack/release images -repo ghcr.io/noetl/ehdb-election -tag dev -out ",
 		"create cluster --name ehdb-election --config kind-config.yaml",
-		"load docker-image --name ehdb-election",
+		"load image-archive --name ehdb-election",
+		".cache/images/images.tar",
 		"E2E_IN_CLUSTER=1",
 		"E2E_KUBECONFIG=",
 		"test -count=1",

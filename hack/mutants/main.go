@@ -32,9 +32,9 @@ var mutants = []mutant{
 	{"no clock-rate margin on the holder's validity", "election.go",
 		"validFor:    cfg.LeaseDuration - time.Duration(float64(cfg.LeaseDuration)*MaxClockRateDifference),",
 		"validFor:    cfg.LeaseDuration,"},
-	{"a suspended process trusts its monotonic clock alone", "election.go",
-		"return now.Sub(sent) < e.validFor && e.bootAt(now)-boot < e.validFor",
-		"return now.Sub(sent) < e.validFor"},
+	{"a suspended process trusts its monotonic clock alone (no boot-clock check)", "election.go",
+		"return now.Sub(sent) < e.validFor && b >= 0 && boot >= 0 && b-boot < e.validFor",
+		"_ = b\n\treturn now.Sub(sent) < e.validFor"},
 	// The rules of issue 16.
 	{"R-own: any record naming us with our epoch is our holding", "driver.go",
 		"case e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:",
@@ -62,8 +62,8 @@ var mutants = []mutant{
 		"return d.watching && e.clock.Since(d.absenceTimedFrom()) > d.absentWait",
 		"return e.clock.Since(d.absentSince) > d.absentWait"},
 	{"R-epoch-limit: an epoch that cannot be incremented stalls silently", "driver.go",
-		"\t\t\te.countError(\"update\", err)\n\t\t\treturn",
-		"\t\t\treturn"},
+		"\t\t\te.countError(\"update\", err)\n\t\t\td.stale = true",
+		"\t\t\td.stale = true"},
 }
 
 func main() {

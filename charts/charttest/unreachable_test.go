@@ -13,9 +13,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // The metrics the unreachable alert reads, as the API server exports them.
@@ -30,6 +32,45 @@ var armedSamples = map[string]func(ctx context.Context, cs kubernetes.Interface,
 	},
 	"pods": func(ctx context.Context, cs kubernetes.Interface, ns string) error {
 		return createPod(ctx, cs, ns, "armed", podTemplate(container(fencing, nil)), false)
+	},
+	// An ephemeral container is added to a running Pod: the Pod is created for real (Pods fail
+	// open, so the unreachable webhook lets it in), the ephemeral container as a dry run.
+	"pods/ephemeralcontainers": func(ctx context.Context, cs kubernetes.Interface, ns string) error {
+		pods := cs.CoreV1().Pods(ns)
+		pod, err := pods.Get(ctx, "ephemeral-target", metav1.GetOptions{})
+		if err != nil {
+			tmpl := podTemplate(corev1.Container{Name: "main", Image: "registry.invalid/app"})
+			pod, err = pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ephemeral-target"}, Spec: tmpl.Spec}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+		}
+		pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, corev1.EphemeralContainer{
+			EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: fmt.Sprintf("debug-%d", len(pod.Spec.EphemeralContainers)),
+				Image: "registry.invalid/debug", Env: []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}}}})
+		_, err = pods.UpdateEphemeralContainers(ctx, pod.Name, pod, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	},
+	// A scale-up goes through the scale subresource of an existing set: an unarmed one is created
+	// for real (no matchCondition sends it to the webhook), the scale-up is a dry run.
+	"statefulsets/scale": func(ctx context.Context, cs kubernetes.Interface, ns string) error {
+		sets := cs.AppsV1().StatefulSets(ns)
+		if _, err := sets.Get(ctx, "scale-target", metav1.GetOptions{}); err != nil {
+			tmpl := podTemplate(corev1.Container{Name: "main", Image: "registry.invalid/app"})
+			set := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "scale-target"}, Spec: appsv1.StatefulSetSpec{
+				Replicas: ptr.To[int32](0), ServiceName: "scale-target", Template: tmpl,
+				Selector: &metav1.LabelSelector{MatchLabels: tmpl.Labels}}}
+			if _, err := sets.Create(ctx, set, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		scale, err := sets.GetScale(ctx, "scale-target", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas++
+		_, err = sets.UpdateScale(ctx, "scale-target", scale, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
 	},
 	"configmaps": func(ctx context.Context, cs kubernetes.Interface, ns string) error {
 		_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "writer-env"},

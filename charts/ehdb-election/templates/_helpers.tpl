@@ -327,3 +327,28 @@ only listed when an account would actually be lost.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+ehdb-election.online: "true" when Helm renders against a cluster (install, upgrade, server-side dry
+run), empty for an offline render (`helm template`, client-side dry runs), where lookup answers an
+empty map. Listing ServiceAccounts of the release namespace answers a List object even when the
+namespace is empty or does not exist yet; the disarm check below needs the same permission.
+*/}}
+{{- define "ehdb-election.online" -}}
+{{- if (lookup "v1" "ServiceAccount" .Release.Namespace "") }}true{{ end }}
+{{- end }}
+
+{{/*
+ehdb-election.webhook.caBundle: the caBundle the API server trusts now (the first one in the live
+webhook configuration), empty offline or before anything injected one. Rendered into every entry so
+that `helm upgrade --force`, which replaces the configuration with its rendering, keeps it (and a new
+entry gets it at once); the rotator or cainjector stays its writer.
+*/}}
+{{- define "ehdb-election.webhook.caBundle" -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" (include "ehdb-election.webhook.configName" .) }}
+{{- $ca := "" }}
+{{- range ($live.webhooks | default list) }}
+{{- if not $ca }}{{ $ca = dig "clientConfig" "caBundle" "" . }}{{ end }}
+{{- end }}
+{{- $ca }}
+{{- end }}

@@ -2,7 +2,6 @@ package election
 
 import (
 	"context"
-	"fmt"
 	"testing/synctest"
 	"time"
 
@@ -74,22 +73,7 @@ func (s *sim) loopStep() {
 	case r < 450:
 		s.reachStore()
 	case r < 700:
-		p := s.pick(s.procs, func(p *simProc) bool { return p.op != nil && !p.paused && !p.crashed })
-		if p == nil {
-			break
-		}
-		op := p.op
-		if s.clk.Since(op.issued) > p.e.callTimeout {
-			if !op.applied {
-				s.orphans = append(s.orphans, op)
-			}
-			s.logf("p%d %s times out", p.n, op.what)
-			s.answerLoop(p, simResult{err: fmt.Errorf("%s: %w", op.what, context.DeadlineExceeded)})
-			break
-		}
-		if op.applied {
-			s.answerLoop(p, op.res)
-		}
+		s.answerOne(s.answerLoop)
 	case r < 930: // one watch event reaches one watch goroutine
 		if p := s.pick(live, func(p *simProc) bool { return p.sw != nil && !p.paused }); p != nil {
 			s.deliver(p)

@@ -2,7 +2,6 @@ package election
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -92,21 +91,7 @@ func (s *sim) step() {
 	case r < 450: // a request reaches the store
 		s.reachStore()
 	case r < 700: // an answer reaches its process, or its call times out
-		p := s.pick(s.procs, func(p *simProc) bool { return p.op != nil && !p.paused && !p.crashed })
-		if p == nil {
-			return
-		}
-		op := p.op
-		if s.clk.Since(op.issued) > p.e.callTimeout {
-			if !op.applied {
-				s.orphans = append(s.orphans, op)
-			}
-			s.logf("p%d %s times out", p.n, op.what)
-			s.answer(p, simResult{err: fmt.Errorf("%s: %w", op.what, context.DeadlineExceeded)})
-			return
-		}
-		if op.applied {
-			s.answer(p, op.res)
+		if p := s.answerOne(s.answer); p != nil {
 			if s.tight && p.e.Token().Valid && s.rng.Intn(4) == 0 {
 				// The holder dies right after a successful write, and the others hear of that
 				// write at once: the candidates' wait starts at the holder's send, the tightest

@@ -147,3 +147,28 @@ func (s *sim) noteDelivered(p *simProc, ev watch.Event) {
 		p.delivered = append(p.delivered, l.UID)
 	}
 }
+
+// answerOne ends one call in flight, in either mode (answer delivers it): a call its process has
+// waited on for longer than its per-call timeout times out (if the store has not applied it yet,
+// it stays in flight as an orphan and may still land); an applied one gets its answer. It returns
+// the process whose applied call was answered, or nil.
+func (s *sim) answerOne(answer func(*simProc, simResult)) *simProc {
+	p := s.pick(s.procs, func(p *simProc) bool { return p.op != nil && !p.paused && !p.crashed })
+	if p == nil {
+		return nil
+	}
+	op := p.op
+	if s.clk.Since(op.issued) > p.e.callTimeout {
+		if !op.applied {
+			s.orphans = append(s.orphans, op)
+		}
+		s.logf("p%d %s times out", p.n, op.what)
+		answer(p, simResult{err: fmt.Errorf("%s: %w", op.what, context.DeadlineExceeded)})
+		return nil
+	}
+	if !op.applied {
+		return nil
+	}
+	answer(p, op.res)
+	return p
+}

@@ -133,7 +133,7 @@ func (e *Election) round(ctx context.Context) {
 	case d.holds:
 		// checkLoss has just confirmed the record is our holding.
 		e.write(ctx, e.lapsed(now), Renewed)
-	case d.reclaimRV != "" && d.rec.ResourceVersion == d.reclaimRV:
+	case d.reclaimable():
 		// Our record, edited under us while our token was valid, and unchanged since: no one else
 		// can have acquired in between, so we re-acquire at once, above every epoch seen. Only at
 		// that resourceVersion: any later record may be someone's acquisition (see reclaimRV).
@@ -148,6 +148,12 @@ func (e *Election) round(ctx context.Context) {
 	default:
 		e.report(HeldByOther, holder)
 	}
+}
+
+// reclaimable says whether the known record is the one edited under our valid token (reclaimRV),
+// which we may re-acquire at once.
+func (d *driver) reclaimable() bool {
+	return d.reclaimRV != "" && d.rec != nil && d.rec.ResourceVersion == d.reclaimRV
 }
 
 // current says whether the known record can be decided on without a read.
@@ -580,7 +586,7 @@ func (e *Election) takeoverDelay() time.Duration {
 		return d.absentWait - e.clock.Since(d.absenceTimedFrom()) + time.Microsecond
 	case holder == "":
 		return 0
-	case d.reclaimRV != "" && d.rec.ResourceVersion == d.reclaimRV:
+	case d.reclaimable():
 		return 0
 	default:
 		dur := e.believed(d.rec)

@@ -40,7 +40,7 @@ var mutants = []mutant{
 		"case e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:",
 		"case true:"},
 	{"R-reclaim: re-acquire at once on any record naming us, not only at the edited resourceVersion", "driver.go",
-		"\tcase d.reclaimRV != \"\" && d.rec.ResourceVersion == d.reclaimRV:\n\t\t// Our record,",
+		"\tcase d.reclaimable():\n\t\t// Our record,",
 		"\tcase d.reclaimRV != \"\" && holder == e.identity:\n\t\t// Our record,"},
 	{"R-release: Release hands over any record that carries our name", "election.go",
 		"\tif !e.ours(rec, e.clock.Now()) {\n\t\treturn nil\n\t}\n\terr := e.putReleased(ctx, rec)",

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -618,38 +620,65 @@ func TestRandomizedSimulation(t *testing.T) {
 			steps = n
 		}
 	}
-	var acquired, taken, skipped, limit, runs, loops int
-	faults, excused, guard := map[string]int{}, map[string]int{}, map[string]int{}
-	for _, seed := range seeds {
-		var s *sim
-		loop := uint64(seed)%simLoopShare == 0
-		if m := os.Getenv("EHDB_SIM_MODE"); m != "" { // step or loop: every seed in one mode
-			loop = m == "loop"
+	// Seeds are independent: they run on every CPU (make sim's budget in wall time), one worker
+	// subtest per CPU taking seeds in turn, so a t.Fatal inside a run ends its own worker only.
+	var (
+		mu                                           sync.Mutex
+		acquired, taken, skipped, limit, runs, loops int
+		faults, excused, guard                       = map[string]int{}, map[string]int{}, map[string]int{}
+		next                                         int
+		stop                                         atomic.Bool
+	)
+	workers := min(runtime.GOMAXPROCS(0), len(seeds))
+	t.Run("seeds", func(t *testing.T) {
+		for w := 0; w < workers; w++ {
+			t.Run(fmt.Sprintf("worker-%d", w), func(t *testing.T) {
+				t.Parallel()
+				for !stop.Load() {
+					mu.Lock()
+					i := next
+					next++
+					mu.Unlock()
+					if i >= len(seeds) {
+						return
+					}
+					seed := seeds[i]
+					var s *sim
+					loop := uint64(seed)%simLoopShare == 0
+					if m := os.Getenv("EHDB_SIM_MODE"); m != "" { // step or loop: every seed in one mode
+						loop = m == "loop"
+					}
+					if loop {
+						synctest.Test(t, func(t *testing.T) { s = simulate(t, seed, steps, true) })
+					} else {
+						s = simulate(t, seed, steps, false)
+					}
+					if s.failMsg != "" {
+						t.Error(s.failMsg)
+					}
+					mu.Lock()
+					runs++
+					if loop {
+						loops++
+					}
+					acquired, taken, skipped, limit = acquired+s.acquired, taken+s.steps, skipped+s.skipped, limit+s.limit
+					for k, v := range s.faults {
+						faults[k] += v
+					}
+					for k, v := range s.excused {
+						excused[k] += v
+					}
+					for k, v := range s.guard {
+						guard[k] += v
+					}
+					mu.Unlock()
+					if t.Failed() && os.Getenv("EHDB_SIM_ALL") == "" { // EHDB_SIM_ALL=1: every seed, every failure
+						stop.Store(true)
+					}
+				}
+			})
 		}
-		if loop {
-			synctest.Test(t, func(t *testing.T) { s = simulate(t, seed, steps, true) })
-			loops++
-		} else {
-			s = simulate(t, seed, steps, false)
-		}
-		runs++
-		if s.failMsg != "" {
-			t.Error(s.failMsg)
-		}
-		acquired, taken, skipped, limit = acquired+s.acquired, taken+s.steps, skipped+s.skipped, limit+s.limit
-		for k, v := range s.faults {
-			faults[k] += v
-		}
-		for k, v := range s.excused {
-			excused[k] += v
-		}
-		for k, v := range s.guard {
-			guard[k] += v
-		}
-		if t.Failed() && os.Getenv("EHDB_SIM_ALL") == "" { // EHDB_SIM_ALL=1: every seed, every failure
-			break
-		}
-	}
+	})
 	t.Logf("%d runs (%d on the real driver loop), %d steps, %d acquisitions, %d liveness phases skipped (extreme edits), %d at the epoch limit",
 		runs, loops, taken, acquired, skipped, limit)
 	t.Logf("overlaps excused, in steps, by non-guarantee: %s", counts(excused, nonGuarantees))

@@ -119,7 +119,11 @@ func (s *sim) step() {
 			s.run(p, func() { p.e.round(context.Background()) })
 		}
 	case r < 945: // pause or resume
-		if p := s.pick(live, func(p *simProc) bool { return !p.clk.isSuspended() && !p.clk.isFrozen() }); p != nil {
+		p := s.pick(live, func(p *simProc) bool { return !p.clk.isSuspended() && !p.clk.isFrozen() })
+		if q := s.pick(live, s.pausable); q != nil && s.rng.Intn(2) == 0 {
+			p = q
+		}
+		if p != nil {
 			p.paused = !p.paused
 			s.logf("p%d paused=%v", p.n, p.paused)
 		}
@@ -151,7 +155,11 @@ func (s *sim) step() {
 			s.crash(p)
 		}
 	case r < 990: // a graceful shutdown, from any state
-		if p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused }); p != nil {
+		p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused })
+		if q := s.pick(live, s.namedNotHolding); q != nil && s.rng.Intn(2) == 0 {
+			p = q
+		}
+		if p != nil {
 			p.done = true
 			if p.w != nil {
 				p.w.Stop()

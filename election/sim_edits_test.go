@@ -2,8 +2,11 @@ package election
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -225,4 +228,46 @@ func (s *sim) namedNotHolding(p *simProc) bool {
 	}
 	cur, err := s.mem.Get(context.Background(), testLease)
 	return err == nil && holderOf(cur) == p.e.identity
+}
+
+// TestGuardRefusalIsTheChartsGuard: the simulation's model of the lease guard refuses exactly the
+// updates the chart's installed guard refused on the real API server (recorded in
+// testdata/leaseguard-verdicts.json by charts/charttest's TestLeaseGuardVerdicts).
+func TestGuardRefusalIsTheChartsGuard(t *testing.T) {
+	b, err := os.ReadFile("testdata/leaseguard-verdicts.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type spec struct {
+		Holder   *string `json:"holder"`
+		Epoch    *int32  `json:"epoch"`
+		Duration *int32  `json:"duration"`
+	}
+	var verdicts []struct {
+		Old, New spec
+		Refused  bool
+	}
+	if err := json.Unmarshal(b, &verdicts); err != nil {
+		t.Fatal(err)
+	}
+	lease := func(s spec) *coordinationv1.Lease {
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: s.Holder, LeaseTransitions: s.Epoch, LeaseDurationSeconds: s.Duration}}
+	}
+	refused := 0
+	for _, v := range verdicts {
+		old, next := lease(v.Old), lease(v.New)
+		if r := guardRefusal(old, next); (r != "") != v.Refused {
+			t.Errorf("%s -> %s: the guard refused=%v, the model says %q", describeSpec(old), describeSpec(next), v.Refused, r)
+		}
+		if v.Refused {
+			refused++
+		}
+	}
+	if len(verdicts) < 1000 || refused == 0 || refused == len(verdicts) {
+		t.Fatalf("%d verdicts, %d refused: not the recorded grid", len(verdicts), refused)
+	}
+}
+
+func describeSpec(l *coordinationv1.Lease) string {
+	return fmt.Sprintf("{holder %s epoch %s duration %s}", strp(l.Spec.HolderIdentity), int32p(l.Spec.LeaseTransitions), int32p(l.Spec.LeaseDurationSeconds))
 }

@@ -67,13 +67,14 @@
 //     a holder whose Lease was deleted under it — and so may a process that takes over from it,
 //     having timed only its record and never seen the older one. Deletion is the cluster's to
 //     refuse: the chart's lease guard forbids it.
-//   - create-delete-unseen: someone else's holding — begun by a create or by an update of a
-//     released record — and the Lease's deletion after it, all while this process could not see
-//     them (before its watch began, or between two of its watches), when that holder's duration is
-//     longer than any this process believes in; or a create-then-delete whose watch events were
-//     still in flight when this process sent its own create. A create cannot be made conditional
-//     on "never existed", and no process can know a duration it never saw; only a cluster that
-//     refuses deletes closes it.
+//   - create-delete-unseen: someone else's holding and the Lease's deletion after it, both while
+//     this process could not see them (before its watch began, or between two of its watches),
+//     when that holder's duration is longer than any this process believes in; or such a holding
+//     and deletion whose watch events were still on their way when this process sent its own
+//     create — a create-then-delete, or a write after its stream began when it had seen nothing
+//     on that stream yet (a read found the Lease gone; nothing tells it the stream is behind). A
+//     create cannot be made conditional on "never existed", and no process can know a duration it
+//     never saw; only a cluster that refuses deletes closes it.
 //   - vm-freeze: a freeze that stops every clock of the holder's machine (a paused VM whose
 //     kvmclock stands still) cannot be seen from inside: on resume the holder reports a valid token
 //     for the rest of its lease, next to a successor. The fence's epoch check closes it — the

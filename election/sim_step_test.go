@@ -64,13 +64,13 @@ func (s *sim) startWatch(p *simProc) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	p.w, p.watchFrom = w, s.clk.Now()
+	p.w, p.watchFrom, p.watchSeq = w, s.clk.Now(), s.moment()
 	s.run(p, func() { p.e.handle(watchMsg{started: true}) })
 }
 
 func (s *sim) stopWatch(p *simProc) {
 	p.w.Stop()
-	p.w, p.watchFrom = nil, time.Time{}
+	p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 	s.run(p, func() { p.e.handle(watchMsg{ended: true}) })
 }
 
@@ -163,7 +163,7 @@ func (s *sim) step() {
 			p.done = true
 			if p.w != nil {
 				p.w.Stop()
-				p.w, p.watchFrom = nil, time.Time{}
+				p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 			}
 			s.faults["release (valid token)"] += map[bool]int{true: 1}[p.e.Token().Valid]
 			s.faults["release (no valid token)"] += map[bool]int{false: 1}[p.e.Token().Valid]
@@ -225,7 +225,7 @@ func (s *sim) crash(p *simProc) {
 	p.clk.setSuspended(false)
 	if p.w != nil {
 		p.w.Stop()
-		p.w, p.watchFrom = nil, time.Time{}
+		p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 	}
 	if p.sw != nil {
 		p.sw.Stop()
@@ -274,7 +274,7 @@ func (s *sim) nextEvent(p *simProc) (watch.Event, bool) {
 	select {
 	case ev, ok := <-p.w.ResultChan():
 		if !ok {
-			p.w, p.watchFrom = nil, time.Time{}
+			p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 			s.run(p, func() { p.e.handle(watchMsg{ended: true}) })
 			return watch.Event{}, false
 		}

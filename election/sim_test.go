@@ -99,14 +99,17 @@ type simOp struct {
 	gone    bool // the caller stopped waiting (its context ended)
 
 	// What the sender knew as it sent (for the exact conditions of the non-guarantees).
-	blind     bool          // a create by a process that never saw the Lease exist
-	timerFrom time.Time     // true time the sender began timing the absence it acts on
-	watchFrom time.Time     // true time its unbroken watch began; zero: not watching
-	sawN      int           // how much of its sawList it had been shown
-	handled   uint64        // watch events its driver had handled
-	forged    bool          // an update on a record version an outsider blanked (a forged release)
-	prev      *simHolding   // the sender's own holding, still valid as it sent
-	waited    time.Duration // how long the sender waited out the record (or absence) it acts on
+	blind     bool      // a create by a process that never saw the Lease exist
+	timerFrom time.Time // true time the sender began timing the absence it acts on
+	watchFrom time.Time // true time its unbroken watch began; zero: not watching
+	sawN      int       // how much of its sawList it had been shown
+	handled   uint64    // watch events its driver had handled
+	// shownUnderStream: a record was shown to the sender after its current watch began.
+	shownUnderStream bool
+	moment           int           // sim.moment as it sent (for sawHolding)
+	forged           bool          // an update on a record version an outsider blanked (a forged release)
+	prev             *simHolding   // the sender's own holding, still valid as it sent
+	waited           time.Duration // how long the sender waited out the record (or absence) it acts on
 }
 
 // simHolding is one epoch a process minted: the write that took it.
@@ -135,6 +138,10 @@ type simProc struct {
 	sawList                 []types.UID // incarnations its answers showed it, in order
 	delivered               []types.UID // the incarnation of every watch event handed to the process, in order
 	watchFrom               time.Time   // true time its current watch began; zero: none
+	// watchSeq and shownSeq order (by sim.moment) the start of its current watch (0: none) and
+	// the last record it was shown, by an answer or a watch event.
+	watchSeq, shownSeq int
+	shownHoldings      map[holdingKey]int // the holdings it was shown, with the moment of the first sighting
 
 	// step mode
 	cmds chan func()
@@ -178,6 +185,7 @@ type sim struct {
 	failed   bool
 	failMsg  string
 	applied  int        // requests that reached the store
+	moments  int        // see moment
 	quiesced bool       // loop mode: the current step has waited for quiescence
 	mu       sync.Mutex // the parts process goroutines write in loop mode
 
@@ -236,7 +244,7 @@ func (s *sim) fail(format string, args ...any) {
 }
 
 func (s *sim) spawn() {
-	p := &simProc{n: len(s.procs), holdings: map[uint64]*simHolding{}, started: s.clk.Now()}
+	p := &simProc{n: len(s.procs), holdings: map[uint64]*simHolding{}, started: s.clk.Now(), shownHoldings: map[holdingKey]int{}}
 	p.cfg = s.configs[s.rng.Intn(len(s.configs))]
 	var offset time.Duration
 	rate := 1.0

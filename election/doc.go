@@ -39,6 +39,10 @@
 //     the absence (or the DELETED event) and the start of the watch. Two reads that both find no
 //     Lease say nothing of a create and delete between them, so a process whose watch is down never
 //     recreates a Lease it saw exist (a liveness cost, in a case the lease guard refuses anyway).
+//     And a read that finds the Lease gone while the watch still shows it counts only from the
+//     watch's DELETED event: the writes before the delete (a takeover with a longer duration) are
+//     still on their way down the stream, which delivers every change in order. A stream that
+//     never delivers it holds the create back until the stream ends and a new one begins.
 //   - renewTime or holderIdentity edited: the record is timed like any record that changed, from
 //     when it was first seen, on the candidate's monotonic clock.
 //   - An epoch at its limit (2^31−1, which only an edit can reach) stops the shard's elections: it

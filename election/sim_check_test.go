@@ -326,9 +326,9 @@ func totalErrors(e *Election) uint64 {
 // state describes a process's driver for a failure.
 func (s *sim) state(p *simProc) string {
 	d := &p.e.d
-	return fmt.Sprintf("p%d: lease %v, known %v stale %v, rec holder %q rv %s epoch %d, obs since %v ago, believed %v, absentWait %v, absent timed %v ago, next %v, offset %v, watching %v (watch %v), holds %v, maxSeen %d",
+	return fmt.Sprintf("p%d: lease %v, known %v stale %v, rec holder %q rv %s epoch %d, obs since %v ago, believed %v, absentWait %v, absent timed %v ago, next %v, offset %v, watching %v (watch %v, a read's absence unheard %v), holds %v, maxSeen %d",
 		p.n, p.cfg.lease, d.known, d.stale, holderOf(d.rec), rvOf(d.rec), epochOf(d.rec), p.clk.Since(d.obs.since), p.e.believed(d.rec), d.absentWait,
-		p.clk.Since(d.absenceTimedFrom()), p.e.nextDelay(), p.clk.offset, d.watching, p.w != nil || p.sw != nil, d.holds, d.maxSeen)
+		p.clk.Since(d.absenceTimedFrom()), p.e.nextDelay(), p.clk.offset, d.watching, p.w != nil || p.sw != nil, d.absentUnheard, d.holds, d.maxSeen)
 }
 
 // isStopped says whether the election's goroutines have all returned (loop mode).

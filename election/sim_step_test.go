@@ -143,10 +143,13 @@ func (s *sim) step() {
 		}
 	case r < 975: // an old event shown again (a replay across a reconnect, out of order)
 		p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused })
-		if p == nil || len(s.history) == 0 {
+		if p == nil {
 			return
 		}
-		ev := s.history[s.rng.Intn(len(s.history))]
+		ev, ok := s.oldEvent(p)
+		if !ok {
+			return
+		}
 		s.faults["replay"]++
 		s.logf("p%d is shown an old %s (rv %s)", p.n, ev.Type, ev.Object.(*coordinationv1.Lease).ResourceVersion)
 		s.handleEvent(p, ev)

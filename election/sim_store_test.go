@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,6 +145,7 @@ func (s *sim) noteSeen(p *simProc, l *coordinationv1.Lease) {
 	}
 	if l != nil {
 		s.mu.Lock()
+		p.newestRV = max(p.newestRV, rvNumber(l))
 		p.shownSeq = s.moment()
 		s.showHolding(p, l)
 		s.mu.Unlock()
@@ -154,6 +156,7 @@ func (s *sim) noteDelivered(p *simProc, ev watch.Event) {
 	if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Error && ev.Type != watch.Bookmark {
 		p.delivered = append(p.delivered, l.UID)
 		s.mu.Lock()
+		p.newestRV = max(p.newestRV, rvNumber(l))
 		if ev.Type != watch.Deleted {
 			p.shownSeq = s.moment()
 		}
@@ -213,4 +216,29 @@ type holdingKey struct {
 func (op *simOp) sawHolding(h *simHolding) bool {
 	m, ok := op.p.shownHoldings[holdingKey{h.uid, h.op.p.e.identity, h.epoch}]
 	return ok && m <= op.moment
+}
+
+// oldEvent picks a change of the Lease to show p again: one no newer than the newest it was shown,
+// as a stream resumed after a reconnect may repeat (a duplicate, or an older one out of order).
+// A live stream never brings a change from before it began that the process had not seen — it
+// would carry every change after it too — so none is shown to a process that has seen none.
+func (s *sim) oldEvent(p *simProc) (watch.Event, bool) {
+	s.mu.Lock()
+	newest := p.newestRV
+	s.mu.Unlock()
+	var old []watch.Event
+	for _, ev := range s.history {
+		if rvNumber(ev.Object.(*coordinationv1.Lease)) <= newest {
+			old = append(old, ev)
+		}
+	}
+	if len(old) == 0 {
+		return watch.Event{}, false
+	}
+	return old[s.rng.Intn(len(old))], true
+}
+
+func rvNumber(l *coordinationv1.Lease) uint64 {
+	n, _ := strconv.ParseUint(l.ResourceVersion, 10, 64)
+	return n
 }

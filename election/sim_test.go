@@ -141,6 +141,7 @@ type simProc struct {
 	// watchSeq and shownSeq order (by sim.moment) the start of its current watch (0: none) and
 	// the last record it was shown, by an answer or a watch event.
 	watchSeq, shownSeq int
+	newestRV           uint64             // the newest resourceVersion it was shown
 	shownHoldings      map[holdingKey]int // the holdings it was shown, with the moment of the first sighting
 
 	// step mode

@@ -64,7 +64,8 @@
 // Each case below is a name the package's simulation uses for the only overlaps it excuses. An
 // overlap that begins in one of them goes on through the holdings that follow from it at once: the
 // same process's next holding, taken while its token was valid (a create after a deletion it saw
-// while holding), and a holding taken at once from the release of one.
+// while holding) or at once over its own record, unchanged since (a renewal that came after its
+// token lapsed); and a holding taken at once from the release of one.
 //
 //   - never-seen: a process that never saw the Lease exist cannot know the epochs before a
 //     deletion: it creates the Lease at once, with epoch 1 (or above what it saw), and may overlap

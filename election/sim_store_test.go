@@ -49,6 +49,12 @@ func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Leas
 		// write acts on).
 		op.prev = p.holdings[snap.epoch]
 	}
+	if what == "update" && op.prev == nil && holderOf(req) == p.e.identity && s.rvHolding[req.ResourceVersion] != nil && s.rvHolding[req.ResourceVersion].op.p == p {
+		h := s.rvHolding[req.ResourceVersion]
+		// A write over the record its own holding last wrote (a renewal that came after its
+		// token lapsed, taken at once as a new holding): no one else wrote in between.
+		op.prev = h
+	}
 	if !s.loop {
 		s.ops <- op
 		r := <-op.resp

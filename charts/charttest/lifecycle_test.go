@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -22,6 +21,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/noetl/ehdb-election/internal/prevrelease"
 	"github.com/noetl/ehdb-election/internal/repo"
 )
 
@@ -359,13 +359,8 @@ func TestForceAndRollbackKeepTheRotatorsTLS(t *testing.T) {
 	})
 }
 
-// previousRelease is the commit whose chart is the previous release, 0.1.0 as main had it before
-// 0.2.0's changes (the chart version stayed 0.1.0 through many commits, so it is pinned here; the
-// repository has no release tags yet). Move it with each release.
-const previousRelease = "50033a0ebe6f06f1a44dcee0e8eef189cfff2702"
-
-// previousChart loads the previous release's chart from git; it skips when the history is not there
-// (a shallow clone).
+// previousChart loads the previous release's chart (internal/prevrelease) from git; it skips when
+// the history is not there (a shallow clone).
 func previousChart(t *testing.T) *chart.Chart {
 	t.Helper()
 	root, err := repo.Root()
@@ -373,13 +368,8 @@ func previousChart(t *testing.T) *chart.Chart {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	archive := filepath.Join(dir, "prev.tar")
-	if _, err := git(t, root, "archive", "-o", archive, previousRelease, "charts/ehdb-election"); err != nil {
+	if err := prevrelease.Extract(context.Background(), root, dir, "charts/ehdb-election"); err != nil {
 		t.Skipf("the previous release's chart is not in this clone: %v", err)
-	}
-	cmd := exec.Command("tar", "-xf", archive, "-C", dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("untar: %v: %s", err, out)
 	}
 	prev, err := loader.Load(filepath.Join(dir, "charts", "ehdb-election"))
 	if err != nil {
@@ -390,7 +380,7 @@ func previousChart(t *testing.T) *chart.Chart {
 		t.Fatal(err)
 	}
 	if prev.Metadata.Version == cur.Metadata.Version {
-		t.Fatalf("the previous release's chart has the current version %s: move previousRelease", cur.Metadata.Version)
+		t.Fatalf("the previous release's chart has the current version %s: move prevrelease.Commit", cur.Metadata.Version)
 	}
 	return prev
 }

@@ -287,3 +287,161 @@ func (s *icSystem) deleteWriters() {
 		return nil
 	})
 }
+
+// upgradeShards is the writer StatefulSet's size in the upgrade: one shard per ordinal.
+const upgradeShards = 2
+
+// TestInClusterUpgradeFromThePreviousReleaseUnderLoad is issue 18's upgrade under load: the
+// previous release (0.1.0, rebuilt from its commit, its webhook image pulled from the node's
+// registry) installed from oci:// with only a mirror set (webhook.image.repository), armed writers
+// minting on every shard, then the current release's chart from oci:// —
+//
+//	rev 2 helm upgrade                  (the previous values carried: the mirror; the image by digest)
+//	rev 3 helm rollback 1               (back to the previous release)
+//	rev 4 helm upgrade --reuse-values   (from the previous release)
+//	rev 5 helm rollback 1
+//	rev 6 helm upgrade --force          (from the previous release: every object replaced)
+//
+// while a load runs throughout: each writer's /metrics scraped continuously (token_valid must stay
+// 1, at the same epoch: no drop, no re-acquisition), and a client making admission reviews
+// continuously through every webhook the release registers — a correct armed change (must be
+// admitted), a wrong one (must be refused by the guard, not fail), an armed Pod with the default
+// ServiceAccount (the Pods webhook fails open: a call that failed would admit it), a ConfigMap
+// change (fails closed). After, the API server's own admission metrics must show no failed call
+// to any webhook of the release: no calling_webhook_error rejection, no fail-open, no request
+// answered other than 200.
+func TestInClusterUpgradeFromThePreviousReleaseUnderLoad(t *testing.T) {
+	s := newICSystem(t)
+	reg := startNodeRegistry(t)
+	ctx := context.Background()
+	step := func(name string) { t.Logf("=== %s", name) }
+	start := time.Now()
+
+	step("push both releases; install the previous one from oci:// with a mirror")
+	prev := reg.pushPrevious()
+	cur := reg.pushCurrent()
+	mirror := "webhook.image.repository=" + prev.webhook.Context().String()
+	s.helmInstall(reg, prev.chartVersion, mirror)
+	// The previous release names its image by tag (it pinned no digest); the tag was pushed with it.
+	s.webhookRunsImage(4*time.Minute, prev.webhook)
+
+	step("armed writers on every shard, from the release's writer image by digest")
+	sts := s.registryWriter(upgradeShards, "off", cur.writer)
+	if _, err := s.cs.AppsV1().StatefulSets(s.ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitUpgradeShards(3*time.Minute, nil)
+	if _, err := s.updateWriter(func(x *appsv1.StatefulSet) { setContainerEnv(x, "NOETL_EHDB_FENCING", "enforce") }); err != nil {
+		t.Fatalf("arming once minting is live: refused: %v", err)
+	}
+	armed := s.waitUpgradeShards(3*time.Minute, func(x *appsv1.StatefulSet) error {
+		if envOf(x, "NOETL_EHDB_FENCING") != "enforce" {
+			return fmt.Errorf("not armed yet")
+		}
+		return nil
+	})
+	pods, err := s.cs.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + writerName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pulledByDigest(pods.Items, sts.Spec.Template.Spec.Containers[0].Name, cur.writer); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("armed writers: %v (set up in %.1fs)", armed, time.Since(start).Seconds())
+
+	step("the load: writers scraped and admission reviewed continuously")
+	before := s.admissionCalls(ctx)
+	load := s.startLoad(armed)
+
+	helm := func(args ...string) {
+		t.Helper()
+		args = append(args, "-n", s.ns, "--kubeconfig", s.c.Kubeconfig)
+		began := time.Now()
+		reg.helmRun(args...)
+		t.Logf("helm %s: %.1fs", strings.Join(args[:min(len(args), 6)], " "), time.Since(began).Seconds())
+	}
+	upgrade := func(flags ...string) {
+		t.Helper()
+		helm(append([]string{"upgrade", release, reg.chartRef, "--version", cur.chartVersion, "--plain-http"}, flags...)...)
+	}
+	// A --reuse-values upgrade renders with the previous chart's defaults (Helm's rule), where the
+	// tag defaulted to the appVersion and no digest was pinned: the current release by tag.
+	byTag := cur.webhook
+	for _, rev := range []struct {
+		what string
+		run  func()
+		want name.Digest
+	}{
+		{"rev 2: helm upgrade to the current release", func() { upgrade() }, cur.webhook},
+		{"rev 3: helm rollback to the previous release", func() { helm("rollback", release, "1") }, prev.webhook},
+		{"rev 4: helm upgrade --reuse-values from the previous release", func() { upgrade("--reuse-values") }, byTag},
+		{"rev 5: helm rollback to the previous release", func() { helm("rollback", release, "1") }, prev.webhook},
+		{"rev 6: helm upgrade --force from the previous release", func() { upgrade("--force") }, cur.webhook},
+	} {
+		step(rev.what)
+		began := time.Now()
+		rev.run()
+		s.webhookRunsImage(3*time.Minute, rev.want)
+		load.check(t, rev.what)
+		t.Logf("%s: rolled out in %.1fs", rev.what, time.Since(began).Seconds())
+	}
+
+	step("the load's verdict and the API server's admission metrics")
+	summary := load.stop(t)
+	after := s.admissionCalls(ctx)
+	t.Logf("load: %s", summary)
+	if failed := after.failedSince(before); len(failed) > 0 {
+		t.Errorf("the API server counted failed calls to the release's webhooks during the upgrades:\n  %s", strings.Join(failed, "\n  "))
+	}
+	t.Logf("webhook calls the API server made during the upgrades: %v", after.callsSince(before))
+	for shard, h := range armed {
+		got, err := s.shardHeld(ctx, shard)
+		if err != nil || got.identity != h.identity || got.epoch != h.epoch {
+			t.Errorf("shard %d: held by %v (err %v), was %v: a writer lost or changed its Lease during the upgrades", shard, got, err, h)
+		}
+	}
+	s.deleteWriters()
+	t.Logf("total %.1fs", time.Since(start).Seconds())
+}
+
+func envOf(sts *appsv1.StatefulSet, key string) string {
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == key {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// waitUpgradeShards waits until the writer StatefulSet is rolled out (cond holding on it, when
+// given) and each of its shards is held, valid, by its Pod's process.
+func (s *icSystem) waitUpgradeShards(timeout time.Duration, cond func(*appsv1.StatefulSet) error) []shardHolding {
+	s.t.Helper()
+	ctx := context.Background()
+	var got []shardHolding
+	eventually(s.t, timeout, fmt.Sprintf("%d writer Pods rolled out, Ready, each holding its shard", upgradeShards), func() error {
+		st, err := s.cs.AppsV1().StatefulSets(s.ns).Get(ctx, writerName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cond != nil {
+			if err := cond(st); err != nil {
+				return err
+			}
+		}
+		if x := st.Status; x.ObservedGeneration < st.Generation || x.UpdatedReplicas != upgradeShards || x.ReadyReplicas != upgradeShards || x.CurrentRevision != x.UpdateRevision {
+			return fmt.Errorf("generation %d observed %d: updated %d ready %d, revision %s → %s",
+				st.Generation, x.ObservedGeneration, x.UpdatedReplicas, x.ReadyReplicas, x.CurrentRevision, x.UpdateRevision)
+		}
+		got = got[:0]
+		for shard := range upgradeShards {
+			h, err := s.shardHeld(ctx, shard)
+			if err != nil {
+				return err
+			}
+			got = append(got, h)
+		}
+		return nil
+	})
+	return got
+}

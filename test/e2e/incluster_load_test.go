@@ -36,6 +36,7 @@ type upgradeLoad struct {
 	scrapes, reviews   int
 	drops, bad         int      // scrapes that were not the armed holding; reviews answered wrongly
 	failures           []string // the first loadKeep of either, with their times
+	reported           int      // failures already logged by check
 	longestScrapeGap   time.Duration
 	started, lastPrint time.Time
 }
@@ -205,6 +206,10 @@ func (l *upgradeLoad) check(t *testing.T, phase string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t.Logf("load after %s: %d scrapes (%d not the armed holding), %d reviews (%d answered wrongly)", phase, l.scrapes, l.drops, l.reviews, l.bad)
+	for _, f := range l.failures[l.reported:] {
+		t.Logf("  load failure: %s", f)
+	}
+	l.reported = len(l.failures)
 }
 
 // stop ends the load and fails the test on any drop or wrong answer; it returns the figures.

@@ -352,6 +352,12 @@ func TestInClusterUpgradeFromThePreviousReleaseUnderLoad(t *testing.T) {
 	step("the load: writers scraped and admission reviewed continuously")
 	before := s.admissionCalls(ctx)
 	load := s.startLoad(armed)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			load.stop(t)
+		}
+	})
 
 	helm := func(args ...string) {
 		t.Helper()
@@ -387,7 +393,7 @@ func TestInClusterUpgradeFromThePreviousReleaseUnderLoad(t *testing.T) {
 	}
 
 	step("the load's verdict and the API server's admission metrics")
-	summary := load.stop(t)
+	summary, stopped := load.stop(t), true
 	after := s.admissionCalls(ctx)
 	t.Logf("load: %s", summary)
 	if failed := after.failedSince(before); len(failed) > 0 {

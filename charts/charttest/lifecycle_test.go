@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -433,4 +434,43 @@ func TestUpgradeFromThePreviousChartKeepsTheTLS(t *testing.T) {
 		_, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+}
+
+// TestRollbackToThePreviousChartKeepsTheTLS: `helm rollback` from this chart to a revision of the
+// previous chart (0.1.0, which owned the TLS Secret rendered without data) applies that revision's
+// manifest with a three-way merge against this chart's revision: whatever this chart's rendering
+// of the Secret holds and 0.1.0's lacks is removed from the live Secret. Were it the rotator's data
+// (`data`), the rollback would empty the Secret and the rotator would mint a new CA while the
+// running Pods serve certificates of the old one: admission calls fail, and the Pods webhook fails
+// open. The Secret's data must survive a rollback right after the upgrade, for both kinds of upgrade.
+func TestRollbackToThePreviousChartKeepsTheTLS(t *testing.T) {
+	t.Parallel()
+	prev := previousChart(t)
+	r := newRelease(t, nil)
+	ctx := context.Background()
+	if _, err := r.helm.InstallChart(ctx, prev, r.name, r.values(nil)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.helm.Uninstall(r.name, false); r.removeKeptLeaseGuard(t) })
+	data, _ := rotatorFills(t, r)
+	secretKept := func(step string) {
+		t.Helper()
+		got, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+		if err != nil || !reflect.DeepEqual(got.Data, data) {
+			t.Errorf("%s: the TLS Secret's data changed (err %v, keys now %v)", step, err, keys(got.Data))
+		}
+	}
+	for i, upgrade := range []struct {
+		name string
+		run  func(context.Context, string, map[string]any) (*Rendered, error)
+	}{{"helm upgrade", r.helm.Upgrade}, {"helm upgrade --force", r.helm.UpgradeForce}} {
+		if _, err := upgrade.run(ctx, r.name, r.values(nil)); err != nil {
+			t.Fatal(err)
+		}
+		secretKept(upgrade.name + " from " + prev.Metadata.Version)
+		if err := r.helm.Rollback(r.name, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		secretKept(fmt.Sprintf("helm rollback to revision 1 (%s) after %s (revision %d)", prev.Metadata.Version, upgrade.name, 2*i+2))
+	}
 }

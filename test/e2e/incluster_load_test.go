@@ -267,7 +267,7 @@ func labelOf(key, label string) string {
 
 // failedSince lists every series that counts a failed call to a webhook and grew since before:
 // a rejection for any reason but the webhook's own decision (calling_webhook_error,
-// apiserver_internal_error), a fail-open (the Pods webhook), a call answered other than 200.
+// apiserver_internal_error), a fail-open (the Pods webhook), a call that got no decision.
 func (a admissionMetrics) failedSince(before admissionMetrics) []string {
 	var out []string
 	for k, v := range a {
@@ -278,13 +278,17 @@ func (a admissionMetrics) failedSince(before admissionMetrics) []string {
 		switch {
 		case strings.HasPrefix(k, "apiserver_admission_webhook_rejection_count{") && labelOf(k, "error_type") != "no_error",
 			strings.HasPrefix(k, "apiserver_admission_webhook_fail_open_count{"),
-			strings.HasPrefix(k, "apiserver_admission_webhook_request_total{") && labelOf(k, "code") != "200":
+			strings.HasPrefix(k, "apiserver_admission_webhook_request_total{") && !decided(labelOf(k, "code")):
 			out = append(out, fmt.Sprintf("%s +%v", k, d))
 		}
 	}
 	sort.Strings(out)
 	return out
 }
+
+// decided: the code a call is counted with is a decision — 200 allowed, 403 the webhook's denial
+// (its Status code); 0 (no answer) and 5xx are calls that failed, and any other code is not the guard's.
+func decided(code string) bool { return code == "200" || code == "403" }
 
 // callsSince is the number of calls per webhook since before.
 func (a admissionMetrics) callsSince(before admissionMetrics) map[string]float64 {

@@ -361,10 +361,9 @@ func TestInClusterUpgradeFromThePreviousReleaseUnderLoad(t *testing.T) {
 
 	helm := func(args ...string) {
 		t.Helper()
-		args = append(args, "-n", s.ns, "--kubeconfig", s.c.Kubeconfig)
 		began := time.Now()
-		reg.helmRun(args...)
-		t.Logf("helm %s: %.1fs", strings.Join(args[:min(len(args), 6)], " "), time.Since(began).Seconds())
+		reg.helmRun(append(args, "-n", s.ns, "--kubeconfig", s.c.Kubeconfig)...)
+		t.Logf("helm %s: %.1fs", strings.Join(args, " "), time.Since(began).Seconds())
 	}
 	upgrade := func(flags ...string) {
 		t.Helper()

@@ -98,8 +98,9 @@ func buildPrevious(ctx context.Context, l layout, dir string) error {
 }
 
 // writeRegistryHosts is containerd's registry host configuration (config_path) for the node's
-// registry: plain HTTP, pull and resolve only. Without it the CRI plugin, given a config_path,
-// would speak HTTPS to 127.0.0.1:5000.
+// registry: plain HTTP, pull and resolve only. containerd's own default for a loopback host differs
+// by version (1.6: plain HTTP without verification — a run without this file pulled too; 2.x: HTTPS
+// first, HTTP as a fallback), so the file states it rather than relying on either.
 func writeRegistryHosts(certsDir string) error {
 	dir := filepath.Join(certsDir, registryAddr)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

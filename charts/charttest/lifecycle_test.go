@@ -6,7 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"os/exec"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -22,6 +22,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/noetl/ehdb-election/internal/prevrelease"
 	"github.com/noetl/ehdb-election/internal/repo"
 )
 
@@ -359,13 +360,8 @@ func TestForceAndRollbackKeepTheRotatorsTLS(t *testing.T) {
 	})
 }
 
-// previousRelease is the commit whose chart is the previous release, 0.1.0 as main had it before
-// 0.2.0's changes (the chart version stayed 0.1.0 through many commits, so it is pinned here; the
-// repository has no release tags yet). Move it with each release.
-const previousRelease = "50033a0ebe6f06f1a44dcee0e8eef189cfff2702"
-
-// previousChart loads the previous release's chart from git; it skips when the history is not there
-// (a shallow clone).
+// previousChart loads the previous release's chart (internal/prevrelease) from git; it skips when
+// the history is not there (a shallow clone).
 func previousChart(t *testing.T) *chart.Chart {
 	t.Helper()
 	root, err := repo.Root()
@@ -373,13 +369,8 @@ func previousChart(t *testing.T) *chart.Chart {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	archive := filepath.Join(dir, "prev.tar")
-	if _, err := git(t, root, "archive", "-o", archive, previousRelease, "charts/ehdb-election"); err != nil {
+	if err := prevrelease.Extract(context.Background(), root, dir, "charts/ehdb-election"); err != nil {
 		t.Skipf("the previous release's chart is not in this clone: %v", err)
-	}
-	cmd := exec.Command("tar", "-xf", archive, "-C", dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("untar: %v: %s", err, out)
 	}
 	prev, err := loader.Load(filepath.Join(dir, "charts", "ehdb-election"))
 	if err != nil {
@@ -390,7 +381,7 @@ func previousChart(t *testing.T) *chart.Chart {
 		t.Fatal(err)
 	}
 	if prev.Metadata.Version == cur.Metadata.Version {
-		t.Fatalf("the previous release's chart has the current version %s: move previousRelease", cur.Metadata.Version)
+		t.Fatalf("the previous release's chart has the current version %s: move prevrelease.Commit", cur.Metadata.Version)
 	}
 	return prev
 }
@@ -443,4 +434,43 @@ func TestUpgradeFromThePreviousChartKeepsTheTLS(t *testing.T) {
 		_, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+}
+
+// TestRollbackToThePreviousChartKeepsTheTLS: `helm rollback` from this chart to a revision of the
+// previous chart (0.1.0, which owned the TLS Secret rendered without data) applies that revision's
+// manifest with a three-way merge against this chart's revision: whatever this chart's rendering
+// of the Secret holds and 0.1.0's lacks is removed from the live Secret. Were it the rotator's data
+// (`data`), the rollback would empty the Secret and the rotator would mint a new CA while the
+// running Pods serve certificates of the old one: admission calls fail, and the Pods webhook fails
+// open. The Secret's data must survive a rollback right after the upgrade, for both kinds of upgrade.
+func TestRollbackToThePreviousChartKeepsTheTLS(t *testing.T) {
+	t.Parallel()
+	prev := previousChart(t)
+	r := newRelease(t, nil)
+	ctx := context.Background()
+	if _, err := r.helm.InstallChart(ctx, prev, r.name, r.values(nil)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.helm.Uninstall(r.name, false); r.removeKeptLeaseGuard(t) })
+	data, _ := rotatorFills(t, r)
+	secretKept := func(step string) {
+		t.Helper()
+		got, err := r.cs.CoreV1().Secrets(r.ns).Get(ctx, r.name+"-webhook-tls", metav1.GetOptions{})
+		if err != nil || !reflect.DeepEqual(got.Data, data) {
+			t.Errorf("%s: the TLS Secret's data changed (err %v, keys now %v)", step, err, keys(got.Data))
+		}
+	}
+	for i, upgrade := range []struct {
+		name string
+		run  func(context.Context, string, map[string]any) (*Rendered, error)
+	}{{"helm upgrade", r.helm.Upgrade}, {"helm upgrade --force", r.helm.UpgradeForce}} {
+		if _, err := upgrade.run(ctx, r.name, r.values(nil)); err != nil {
+			t.Fatal(err)
+		}
+		secretKept(upgrade.name + " from " + prev.Metadata.Version)
+		if err := r.helm.Rollback(r.name, 1, false); err != nil {
+			t.Fatal(err)
+		}
+		secretKept(fmt.Sprintf("helm rollback to revision 1 (%s) after %s (revision %d)", prev.Metadata.Version, upgrade.name, 2*i+2))
+	}
 }

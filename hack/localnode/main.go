@@ -169,6 +169,18 @@ func build(l layout, o options, suite bool) error {
 			return err
 		}
 	}
+	if suite {
+		// The releases the suite pushes to the node's registry; the inner process and the suite
+		// inherit where they are.
+		r, err := buildReleases(context.Background(), l)
+		if err != nil {
+			return err
+		}
+		for _, kv := range r.env() {
+			k, v, _ := strings.Cut(kv, "=")
+			os.Setenv(k, v)
+		}
+	}
 	logf("binaries and images built in %.1fs", time.Since(start).Seconds())
 	return nil
 }

@@ -236,6 +236,9 @@ func (n *node) startContainerd(ctx context.Context, imgs []imageSpec) error {
 	if err := os.WriteFile(filepath.Join(state, "cni", "net.d", "10-ehdb-localnode.conflist"), []byte(cniConfig(state)), 0o644); err != nil {
 		return err
 	}
+	if err := writeRegistryHosts(filepath.Join(state, "containerd", "certs.d")); err != nil {
+		return err
+	}
 	n.containerd = &childproc.Process{Name: "containerd", Bin: "containerd", LogPath: filepath.Join(state, "logs", "containerd.log"), Args: []string{"--config=" + cfg}}
 	if err := n.containerd.Start(); err != nil {
 		return err
@@ -409,10 +412,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %[6]q
+  # Registry hosts (hosts.toml per registry): only the node's own registry on its loopback, plain
+  # HTTP (writeRegistryHosts). Any other registry gets the default (HTTPS), which no route reaches.
   [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = ""
+    config_path = %[7]q
 `, filepath.Join(state, "containerd", "root"), filepath.Join(state, "containerd", "state"), socket,
-		filepath.Join(state, "containerd", "opt"), pauseImage, filepath.Join(state, "cni", "net.d"))
+		filepath.Join(state, "containerd", "opt"), pauseImage, filepath.Join(state, "cni", "net.d"), filepath.Join(state, "containerd", "certs.d"))
 }
 
 // cniConfig is the Pod network: one bridge (the one setupNetwork made and guarded) as the Pods'

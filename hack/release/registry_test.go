@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/noetl/ehdb-election/internal/chartinstall"
 	"github.com/noetl/ehdb-election/internal/ociimage"
 	"github.com/noetl/ehdb-election/internal/ociregistry"
 	"github.com/noetl/ehdb-election/internal/repo"
@@ -40,24 +41,18 @@ func helmCLI(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// helmRunner runs the helm CLI with its config, cache and registry credentials in a temporary
-// home, so the test neither reads nor writes the user's.
+// helmRunner runs the helm CLI (chartinstall.CLI) with a temporary home; a failure fails the test.
 func helmRunner(t *testing.T, bin string) func(args ...string) string {
-	home := t.TempDir()
-	env := append(os.Environ(),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"), "HELM_REGISTRY_CONFIG="+filepath.Join(home, "registry.json"))
+	cli := chartinstall.CLI{Bin: bin, Home: t.TempDir()}
 	return func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
+		out, err := cli.Run(ctx, args...)
 		if err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatal(err)
 		}
-		return string(out)
+		return out
 	}
 }
 

@@ -104,6 +104,9 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 			mu.Unlock()
 		})
 	}
+	// The generation the lookups start in: an answer is cached under it, so a change seen while
+	// the lookup ran makes it stale at once (ForgetOnChange).
+	gen, cacheable := r.cache.generation()
 	for _, name := range q.ServiceAccounts {
 		key := types.NamespacedName{Namespace: q.Namespace, Name: name}
 		if fact, ok := r.cache.serviceAccount(key); ok {
@@ -124,7 +127,7 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 				fact.Annotations = sa.Annotations
 				fact.AutomountToken = sa.AutomountServiceAccountToken
 			}
-			r.cache.keepServiceAccount(key, fact)
+			r.cache.keepServiceAccount(key, fact, gen, cacheable)
 			mu.Lock()
 			out.ServiceAccounts[name] = fact
 			mu.Unlock()
@@ -143,7 +146,7 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 		}
 		run(func() {
 			fact := r.access(ctx, c)
-			r.cache.keepAccess(c, fact)
+			r.cache.keepAccess(c, fact, gen, cacheable)
 			mu.Lock()
 			out.Access[c] = fact
 			mu.Unlock()

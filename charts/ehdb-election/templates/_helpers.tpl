@@ -226,6 +226,25 @@ helm.sh/resource-policy: keep
 {{- end }}
 
 {{/*
+ehdb-election.writer.owned: "true" when the live object (a lookup result) belongs to this release, by
+the ownership annotations Helm writes (the TLS Secret's adoption uses it). Argument: (list $root $obj).
+*/}}
+{{- define "ehdb-election.writer.owned" -}}
+{{- $root := index . 0 }}
+{{- $ann := (index . 1).metadata.annotations | default dict }}
+{{- if and (eq (index $ann "meta.helm.sh/release-name" | default "") $root.Release.Name) (eq (index $ann "meta.helm.sh/release-namespace" | default "") $root.Release.Namespace) }}true{{ end }}
+{{- end }}
+
+{{/*
+ehdb-election.writer.kept: "true" when the live object carries helm.sh/resource-policy: keep (Helm
+reads the live object's annotation, not the chart's, when it decides whether to delete it).
+*/}}
+{{- define "ehdb-election.writer.kept" -}}
+{{- $ann := .metadata.annotations | default dict }}
+{{- if eq (index $ann "helm.sh/resource-policy" | default "") "keep" }}true{{ end }}
+{{- end }}
+
+{{/*
 ehdb-election.online: "true" when Helm renders against a cluster (install, upgrade, server-side dry
 run), empty for an offline render (`helm template`, client-side dry runs), where lookup answers an
 empty map. Listing ServiceAccounts of the release namespace answers a List object even when the

@@ -200,10 +200,14 @@ func TestWriterRBAC(t *testing.T) {
 func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
 	sar := []rbacv1.PolicyRule{
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		// RBAC changes under review: what may grant a writer its Leases (issue 17).
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	// What the guard reads, only where it guards (cluster-wide only with guardedNamespaces ["*"]).
 	reads := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"replicationcontrollers", "pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Verbs: []string{"get", "list", "watch"}},
@@ -550,6 +554,9 @@ func TestOptionsReachTheDeployment(t *testing.T) {
 	for _, w := range vwc.Webhooks {
 		if *w.ClientConfig.Service.Port != 8443 || *w.TimeoutSeconds != 10 {
 			t.Errorf("%s: service port %d timeout %d, want 8443 and 10", w.Name, *w.ClientConfig.Service.Port, *w.TimeoutSeconds)
+		}
+		if w.Rules[0].Scope != nil && *w.Rules[0].Scope == admissionregistrationv1.ClusterScope {
+			continue // cluster-scoped objects: a namespaceSelector would never skip them
 		}
 		if w.NamespaceSelector.MatchLabels["ehdb.noetl.io/guarded"] != "true" || len(w.NamespaceSelector.MatchExpressions) != 2 {
 			t.Errorf("%s: extra namespaceSelector not ANDed in: %+v", w.Name, w.NamespaceSelector)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -323,7 +324,7 @@ func newWatches(cs kubernetes.Interface, mc metadata.Interface, namespaces []str
 func (w *watches) run(ctx context.Context) error {
 	w.logScope(ctx)
 	var wg sync.WaitGroup
-	for _, x := range w.all {
+	for _, x := range append(slices.Clone(w.all), w.rbac...) {
 		wg.Add(1)
 		go func() { defer wg.Done(); x.informer.RunWithContext(ctx) }()
 	}
@@ -538,8 +539,8 @@ func (w *watches) watchRBAC(mc metadata.Interface, namespaces []string, log logr
 			}); err != nil {
 				return err
 			}
+			// Not in readiness: a broken RBAC watch only turns the positive cache off (Generation).
 			w.rbac = append(w.rbac, x)
-			w.all = append(w.all, x)
 		}
 	}
 	return nil

@@ -607,8 +607,8 @@ func TestWebhookConfiguration(t *testing.T) {
 			if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != tc.injectCAFrom {
 				t.Errorf("inject-ca-from = %q, want %q", got, tc.injectCAFrom)
 			}
-			if len(vwc.Webhooks) != 5 {
-				t.Fatalf("%d webhook entries, want 5", len(vwc.Webhooks))
+			if len(vwc.Webhooks) != 7 {
+				t.Fatalf("%d webhook entries, want 7", len(vwc.Webhooks))
 			}
 			byName := map[string]admissionregistrationv1.ValidatingWebhook{}
 			for _, h := range vwc.Webhooks {
@@ -620,6 +620,24 @@ func TestWebhookConfiguration(t *testing.T) {
 				if len(h.Rules) != 1 || !slices.Equal(h.Rules[0].Resources, []string{sub.resource}) || !slices.Equal(h.Rules[0].Operations, []admissionregistrationv1.OperationType{"UPDATE"}) ||
 					*h.FailurePolicy != tc.workloads || len(h.MatchConditions) != 1 || !reflect.DeepEqual(h.NamespaceSelector, workloads.NamespaceSelector) {
 					t.Errorf("%s entry: %+v", sub.name, h)
+				}
+			}
+			// The disarming entries (issue 17): namespaced RBAC and ServiceAccounts with the workloads'
+			// scope and failure policy; the cluster-scoped RBAC with its own (fail open by default).
+			rbacEntry, clusterEntry := byName["rbac"], byName["clusterrbac"]
+			if len(rbacEntry.Rules) != 2 || !slices.Equal(rbacEntry.Rules[0].Resources, []string{"roles", "rolebindings"}) || !slices.Equal(rbacEntry.Rules[1].Resources, []string{"serviceaccounts"}) ||
+				*rbacEntry.FailurePolicy != tc.workloads || len(rbacEntry.MatchConditions) != 1 || !reflect.DeepEqual(rbacEntry.NamespaceSelector, workloads.NamespaceSelector) {
+				t.Errorf("rbac entry: %+v", rbacEntry)
+			}
+			if len(clusterEntry.Rules) != 1 || !slices.Equal(clusterEntry.Rules[0].Resources, []string{"clusterroles", "clusterrolebindings"}) ||
+				*clusterEntry.Rules[0].Scope != admissionregistrationv1.ClusterScope || len(clusterEntry.MatchConditions) != 1 {
+				t.Errorf("clusterrbac entry: %+v", clusterEntry)
+			}
+			for _, h := range []admissionregistrationv1.ValidatingWebhook{rbacEntry, clusterEntry} {
+				for _, r := range h.Rules {
+					if !slices.Equal(r.Operations, []admissionregistrationv1.OperationType{"UPDATE", "DELETE"}) {
+						t.Errorf("%s sends %v; only updates and deletes can take access away", h.Name, r.Operations)
+					}
 				}
 			}
 			wantCMRules := []admissionregistrationv1.RuleWithOperations{

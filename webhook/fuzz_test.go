@@ -324,8 +324,12 @@ func FuzzAdmissionReview(f *testing.F) {
 				}
 			}
 		}
-		// The same body where one armed writer is bound by the chart's RBAC: a change that takes
-		// its binding or its ServiceAccount away must be refused.
+		// A review of RBAC or a ServiceAccount, again where one armed writer is bound by the chart's
+		// RBAC: a change that takes its binding or its ServiceAccount away must be refused. (Other
+		// bodies are not sent twice: the work per input stays that of one review.)
+		if !bytes.Contains(body, []byte("rbac.authorization.k8s.io")) && !bytes.Contains(body, []byte("ServiceAccount")) {
+			return
+		}
 		if fuzzServe(t, bound, body) && disarmsTheBoundWriter(body) {
 			t.Fatalf("a change that disarms the bound writer allowed: %s", body)
 		}

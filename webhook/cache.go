@@ -33,6 +33,37 @@ func CacheAllowedFor(ttl time.Duration, clk clock.PassiveClock) ResolverOption {
 	}
 }
 
+// Generation tells whether the RBAC and ServiceAccounts the cached answers rest on have changed:
+// it counts the changes a watch of them has seen, and ok is false while that watch is not known
+// to be working (then nothing is served from the cache).
+type Generation interface {
+	Generation() (gen uint64, ok bool)
+}
+
+// ForgetOnChange keeps a positive answer only while g's generation is the one it was looked up
+// in: any Role, RoleBinding, ClusterRole, ClusterRoleBinding or ServiceAccount change seen by the
+// watch drops every cached answer (issue 17: an answer cached as allowed admitted an armed writer
+// after its binding or its ServiceAccount was gone). An answer looked up across a change is kept
+// under the older generation, so it is never served.
+func ForgetOnChange(g Generation) ResolverOption {
+	return func(r *APIResolver) {
+		if r.cache != nil {
+			r.cache.gen = g
+		}
+	}
+}
+
+// Forget drops every cached answer (the handler calls it when it admits an RBAC change, so this
+// replica does not wait for its watch).
+func (r *APIResolver) Forget() {
+	if c := r.cache; c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		clear(c.sas)
+		clear(c.access)
+	}
+}
+
 // ReadLeasesFrom answers Lease lookups from a watch-fed cache (an informer's lister), falling back
 // to a GET when the cache has no such Lease (it may have been created a moment ago).
 //
@@ -65,6 +96,7 @@ const maxCached = 4096
 type cached[T any] struct {
 	fact    T
 	expires time.Time
+	gen     uint64
 }
 
 type positiveCache struct {
@@ -73,20 +105,38 @@ type positiveCache struct {
 	mu     sync.Mutex
 	sas    map[types.NamespacedName]cached[ServiceAccountFact]
 	access map[AccessCheck]cached[AccessFact]
+	// gen, when set, invalidates entries on RBAC and ServiceAccount changes (ForgetOnChange).
+	gen Generation
+}
+
+// generation is the generation a lookup starts in; ok is false when nothing may be cached.
+func (c *positiveCache) generation() (uint64, bool) {
+	if c == nil {
+		return 0, false
+	}
+	if c.gen == nil {
+		return 0, true
+	}
+	return c.gen.Generation()
 }
 
 func lookup[K comparable, T any](c *positiveCache, m map[K]cached[T], k K) (T, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := m[k]
+	var zero T
 	if !ok || !c.clock.Now().Before(e.expires) {
-		var zero T
 		return zero, false
+	}
+	if c.gen != nil {
+		if g, ok := c.gen.Generation(); !ok || g != e.gen {
+			return zero, false
+		}
 	}
 	return e.fact, true
 }
 
-func store[K comparable, T any](c *positiveCache, m map[K]cached[T], k K, fact T) {
+func store[K comparable, T any](c *positiveCache, m map[K]cached[T], k K, fact T, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
@@ -98,7 +148,7 @@ func store[K comparable, T any](c *positiveCache, m map[K]cached[T], k K, fact T
 			clear(c.access)
 		}
 	}
-	m[k] = cached[T]{fact: fact, expires: now.Add(c.ttl)}
+	m[k] = cached[T]{fact: fact, expires: now.Add(c.ttl), gen: gen}
 }
 
 func sweep[K comparable, T any](m map[K]cached[T], now time.Time) {
@@ -116,9 +166,9 @@ func (c *positiveCache) serviceAccount(k types.NamespacedName) (ServiceAccountFa
 	return lookup(c, c.sas, k)
 }
 
-func (c *positiveCache) keepServiceAccount(k types.NamespacedName, f ServiceAccountFact) {
-	if c != nil && f.Err == nil && !f.NotFound {
-		store(c, c.sas, k, f)
+func (c *positiveCache) keepServiceAccount(k types.NamespacedName, f ServiceAccountFact, gen uint64, ok bool) {
+	if c != nil && ok && f.Err == nil && !f.NotFound {
+		store(c, c.sas, k, f, gen)
 	}
 }
 
@@ -133,8 +183,8 @@ func (c *positiveCache) accessFact(k AccessCheck) (AccessFact, bool) {
 // ServiceAccount: that review only decides a warning (the default account should not be able to
 // write Leases), never whether an object is admitted, so a stale answer can only delay a warning —
 // and it is asked on every armed review, where it is normally refused.
-func (c *positiveCache) keepAccess(k AccessCheck, f AccessFact) {
-	if c != nil && f.Err == nil && (f.Allowed || k.ServiceAccount.Name == "default") {
-		store(c, c.access, k, f)
+func (c *positiveCache) keepAccess(k AccessCheck, f AccessFact, gen uint64, ok bool) {
+	if c != nil && ok && f.Err == nil && (f.Allowed || k.ServiceAccount.Name == "default") {
+		store(c, c.access, k, f, gen)
 	}
 }

@@ -131,3 +131,60 @@ func TestReadLeasesFromAWatchFallsBackToAGet(t *testing.T) {
 		t.Errorf("GETs = %v, want only the two the watch lacked", gets)
 	}
 }
+
+// fakeGeneration is a watch of the RBAC objects: gen counts the changes it saw; ok is its health.
+type fakeGeneration struct {
+	gen uint64
+	ok  bool
+}
+
+func (g *fakeGeneration) Generation() (uint64, bool) { return g.gen, g.ok }
+
+// Issue 17: an answer cached as allowed is not served once the RBAC or ServiceAccount watch saw a
+// change (a binding or ServiceAccount deleted), nor while that watch is not known to work, nor
+// after the handler admitted an RBAC change on this replica (Forget).
+func TestCachedAnswersDoNotOutliveAnRBACChange(t *testing.T) {
+	cs := fake.NewClientset(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "writer", Namespace: ns}})
+	cs.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+		sar.Status.Allowed = true
+		return true, sar, nil
+	})
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+	g := &fakeGeneration{ok: true}
+	r := webhook.NewAPIResolver(cs, 4, webhook.CacheAllowedFor(time.Hour, clk), webhook.ForgetOnChange(g))
+	writer := types.NamespacedName{Namespace: ns, Name: "writer"}
+	q := webhook.Query{Namespace: ns, ServiceAccounts: []string{"writer"}, Access: []webhook.AccessCheck{{ServiceAccount: writer, Namespace: ns, Verb: "update"}}}
+	lookups := func() int {
+		n := len(cs.Actions())
+		cs.ClearActions()
+		return n
+	}
+	r.Resolve(context.Background(), q)
+	if n := lookups(); n != 2 {
+		t.Fatalf("first review: %d API calls, want 2", n)
+	}
+	r.Resolve(context.Background(), q)
+	if n := lookups(); n != 0 {
+		t.Fatalf("same generation: %d API calls, want 0 (cached)", n)
+	}
+	g.gen++ // the watch saw a RoleBinding deleted
+	r.Resolve(context.Background(), q)
+	if n := lookups(); n != 2 {
+		t.Errorf("after an RBAC change: %d API calls, want 2 (nothing cached survives it)", n)
+	}
+	g.ok = false // the watch broke: it could hide a change
+	r.Resolve(context.Background(), q)
+	r.Resolve(context.Background(), q)
+	if n := lookups(); n != 4 {
+		t.Errorf("with the RBAC watch broken: %d API calls, want 4 (no caching)", n)
+	}
+	g.ok = true
+	r.Resolve(context.Background(), q)
+	lookups()
+	r.Forget()
+	r.Resolve(context.Background(), q)
+	if n := lookups(); n != 2 {
+		t.Errorf("after Forget: %d API calls, want 2", n)
+	}
+}

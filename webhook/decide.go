@@ -19,6 +19,9 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		return Decision{Reason: ReasonMalformed, Unmet: []Unmet{{Reason: ReasonMalformed, Problem: "the request carries no object."}}}
 	}
 	d := Decision{Subject: fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name)}
+	if c := in.RBACChange; c != nil {
+		f = c.apply(f, w) // the facts as the change leaves them
+	}
 	if c := in.ConfigMapChange; c != nil {
 		d.Subject = fmt.Sprintf("%s (through ConfigMap %s/%s, which it reads)", d.Subject, w.Namespace, c.Name)
 	}
@@ -187,7 +190,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 			d.checkLeases(f, ev.namespace.Text, scope.added(ev.namespace.Text, ev.shards))
 		}
 	}
-	if w.Controller != "" && !w.Exempt && in.ConfigMapChange == nil {
+	if w.Controller != "" && !w.Exempt && in.ConfigMapChange == nil && in.RBACChange == nil {
 		d.warn(truncate(fmt.Sprintf("controlled by %s, which the guard does not judge: this %s was judged itself, order check included.", w.Controller, w.Kind), 240))
 	}
 	// What stays open (README "limits"), said where it applies.
@@ -204,7 +207,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		return d
 	}
 	d.Reason = d.Unmet[0].Reason
-	if w.Kind == gvkPod.Kind && in.Subresource == "" && d.onlyUnverified() {
+	if w.Kind == gvkPod.Kind && in.Subresource == "" && in.RBACChange == nil && d.onlyUnverified() {
 		// Pods fail open when the guard itself cannot look (SPEC): admit, and say what went unchecked.
 		for _, u := range d.Unmet {
 			d.warn(truncate("ehdb-election guard could not verify this Pod and admits it (Pods fail open): "+u.Problem, 240))

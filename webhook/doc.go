@@ -17,7 +17,8 @@
 // ServiceAccount, SubjectAccessReviews, Leases) with concurrent lookups; Needs says which facts
 // are still missing, so an unarmed object is decided without any API call; Handler is the thin
 // transport that decodes, loops Needs/Resolve, decides, answers and records. One file answers one
-// question: kinds.go which kinds make pods (one table), runs.go what the kubelet and the
+// question: kinds.go which kinds make pods (one table), rbac.go what the RBAC authorizer grants,
+// rbacchange.go what an RBAC change takes away, runs.go what the kubelet and the
 // controllers make of a template, analysis.go which containers are armed, election.go what the
 // writer's parser concludes, transition.go which shards the order check covers, access.go,
 // serviceaccount.go and lease.go the requirements, decide.go and needs.go the judgement.
@@ -60,6 +61,22 @@
 //     an owner or a scaled StatefulSet the watches do not hold is unknown, and cmd/webhook compares
 //     its configuration's namespaceSelector with --guarded-namespaces at start-up (a log line) and
 //     in readiness (not ready on a mismatch).
+//   - Disarming (6). An UPDATE or DELETE of a Role, RoleBinding, ClusterRole, ClusterRoleBinding or
+//     ServiceAccount is refused when it turns an armed object that meets every requirement into one
+//     that does not (rbacdecide.go): the webhook finds the accounts the change can touch (the removed
+//     subjects of a binding whose role may grant a lease verb, the subjects of every binding of such
+//     a role, the ServiceAccount itself), the armed objects that run as them (a watch index), and
+//     judges each with the facts as the change leaves them (rbacchange.go): access is the
+//     authorizer's answer now minus what the RBAC authorizer granted only through the changed object
+//     (rbac.go follows plugin/pkg/auth/authorizer/rbac), a deleted ServiceAccount is missing, one
+//     set to automountServiceAccountToken: false mounts no token. So RBAC no armed writer needs is
+//     admitted (a redundant binding, a shadow writer, a role without lease verbs) whoever created it,
+//     and the refusal gives the removal order. Bindings and roles are read fresh, never from a
+//     cache; cached "allowed" answers are dropped on any RBAC or ServiceAccount change the watches
+//     see (ForgetOnChange). Out of reach: a grant by another authorizer (only the RBAC grant is
+//     judged), two removals of redundant grants judged at the same instant, RBAC outside the guarded
+//     namespaces, a ClusterRole(Binding) edit while the webhook is down (its entry fails open), and
+//     `helm uninstall` of the webhook's own release (its pre-delete hook removes the webhook first).
 //   - Liveness (9). With the Lease watch on, the order check judges a Lease live when the webhook's
 //     watch saw it renew (its renewTime change, or its creation while watched) within its
 //     leaseDurationSeconds on the webhook's own monotonic clock (JudgeRenewalsBy), so clock offsets

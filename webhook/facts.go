@@ -24,6 +24,11 @@ type Facts struct {
 	Access map[AccessCheck]AccessFact
 	// Leases by namespace/name.
 	Leases map[types.NamespacedName]LeaseFact
+	// Bindings by scope, for an RBAC change: "" the ClusterRoleBindings, a namespace its
+	// RoleBindings, "*" the RoleBindings of every namespace.
+	Bindings map[string]BindingsFact
+	// Roles and ClusterRoles (RoleKey.Namespace ""), for an RBAC change.
+	Roles map[RoleKey]RoleFact
 }
 
 // ServiceAccountFact is what a lookup of one ServiceAccount returned.
@@ -75,16 +80,19 @@ type Query struct {
 	ServiceAccounts []string
 	Access          []AccessCheck
 	Leases          []types.NamespacedName
+	// Bindings lists scopes whose bindings to list (Facts.Bindings); Roles, roles to get.
+	Bindings []string
+	Roles    []RoleKey
 }
 
 // Empty reports whether nothing is needed.
 func (q Query) Empty() bool {
-	return len(q.ConfigMaps) == 0 && len(q.ServiceAccounts) == 0 && len(q.Access) == 0 && len(q.Leases) == 0
+	return q.Size() == 0
 }
 
 // Size is the number of lookups in q.
 func (q Query) Size() int {
-	return len(q.ConfigMaps) + len(q.ServiceAccounts) + len(q.Access) + len(q.Leases)
+	return len(q.ConfigMaps) + len(q.ServiceAccounts) + len(q.Access) + len(q.Leases) + len(q.Bindings) + len(q.Roles)
 }
 
 // Resolver gathers facts from the API server. It reports every failure inside the returned Facts
@@ -106,6 +114,8 @@ func NewFacts(now time.Time) *Facts {
 		ServiceAccounts: map[string]ServiceAccountFact{},
 		Access:          map[AccessCheck]AccessFact{},
 		Leases:          map[types.NamespacedName]LeaseFact{},
+		Bindings:        map[string]BindingsFact{},
+		Roles:           map[RoleKey]RoleFact{},
 	}
 }
 
@@ -125,6 +135,12 @@ func (f *Facts) Merge(o *Facts) {
 	}
 	for k, v := range o.Leases {
 		f.Leases[k] = v
+	}
+	for k, v := range o.Bindings {
+		f.Bindings[k] = v
+	}
+	for k, v := range o.Roles {
+		f.Roles[k] = v
 	}
 }
 
@@ -190,6 +206,24 @@ func (b *queryBuilder) lease(n types.NamespacedName) {
 	}
 	b.seen[n] = true
 	b.q.Leases = append(b.q.Leases, n)
+}
+
+type bindingsKey string
+
+func (b *queryBuilder) bindings(scope string) {
+	if _, ok := b.facts.Bindings[scope]; ok || b.seen[bindingsKey(scope)] {
+		return
+	}
+	b.seen[bindingsKey(scope)] = true
+	b.q.Bindings = append(b.q.Bindings, scope)
+}
+
+func (b *queryBuilder) role(k RoleKey) {
+	if _, ok := b.facts.Roles[k]; ok || b.seen[k] {
+		return
+	}
+	b.seen[k] = true
+	b.q.Roles = append(b.q.Roles, k)
 }
 
 func (b *queryBuilder) query() Query {

@@ -15,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -305,38 +306,140 @@ func FuzzAdmissionReview(f *testing.F) {
 	// fuzzing instead of stalling on a slow input while it minimizes: bodies of at most
 	// fuzzMaxBody, a work budget of fuzzWorkBudget steps and a few shards. Every property below
 	// holds for any budget (a spent budget makes values unknowable, which refuses).
-	h := fuzzHandler(f)
+	for _, seed := range fuzzRBACSeeds(f) {
+		f.Add(seed)
+	}
+	h, bound := fuzzHandler(f), fuzzBoundHandler(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if len(body) > fuzzMaxBody {
 			return
 		}
-		rec := httptest.NewRecorder()
-		// The per-input budget: the API server's own ?timeout= (the handler works to 90% of it).
-		req := httptest.NewRequest(http.MethodPost, "/validate?timeout="+fuzzInputBudget.String(), bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		h.ServeHTTP(rec, req)
-		if rec.Code >= 500 {
-			t.Fatalf("HTTP %d: %s", rec.Code, rec.Body.String())
-		}
-		if rec.Code != 200 {
-			return
-		}
-		var out admissionv1.AdmissionReview
-		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
-			t.Fatalf("200 without a review: %q", rec.Body.String())
-		}
-		if out.Response.Result != nil && out.Response.Result.Code >= 500 {
-			t.Fatalf("internal error: %s", out.Response.Result.Message)
-		}
-		if out.Response.Allowed && literallyArmedCreate(body) {
-			t.Fatalf("armed workload allowed in an empty cluster: %s", body)
-		}
-		for _, s := range fuzzSubjects {
-			if out.Response.Allowed && s.mustRefuse(body) {
-				t.Fatalf("%s allowed in an empty cluster: %s", s.name, body)
+		if allowed := fuzzServe(t, h, body); allowed {
+			if literallyArmedCreate(body) {
+				t.Fatalf("armed workload allowed in an empty cluster: %s", body)
+			}
+			for _, s := range fuzzSubjects {
+				if s.mustRefuse(body) {
+					t.Fatalf("%s allowed in an empty cluster: %s", s.name, body)
+				}
 			}
 		}
+		// A review of RBAC or a ServiceAccount, again where one armed writer is bound by the chart's
+		// RBAC: a change that takes its binding or its ServiceAccount away must be refused. (Other
+		// bodies are not sent twice: the work per input stays that of one review.)
+		if !bytes.Contains(body, []byte("rbac.authorization.k8s.io")) && !bytes.Contains(body, []byte("ServiceAccount")) {
+			return
+		}
+		if fuzzServe(t, bound, body) && disarmsTheBoundWriter(body) {
+			t.Fatalf("a change that disarms the bound writer allowed: %s", body)
+		}
 	})
+}
+
+// fuzzServe posts body to h and reports whether it was allowed; a 5xx or a 200 without a review
+// fails the test.
+func fuzzServe(t *testing.T, h http.Handler, body []byte) bool {
+	rec := httptest.NewRecorder()
+	// The per-input budget: the API server's own ?timeout= (the handler works to 90% of it).
+	req := httptest.NewRequest(http.MethodPost, "/validate?timeout="+fuzzInputBudget.String(), bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, req)
+	if rec.Code >= 500 {
+		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body.String())
+	}
+	if rec.Code != 200 {
+		return false
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+		t.Fatalf("200 without a review: %q", rec.Body.String())
+	}
+	if out.Response.Result != nil && out.Response.Result.Code >= 500 {
+		t.Fatalf("internal error: %s", out.Response.Result.Message)
+	}
+	return out.Response.Allowed
+}
+
+// fuzzBoundHandler is a cluster where exactly one armed writer (the reference writer, election
+// on) runs as the chart's ServiceAccount, bound by the chart's Role and RoleBinding only.
+func fuzzBoundHandler(t testing.TB) http.Handler {
+	c := &wt.Resolver{ServiceAccounts: map[string]map[string]string{wt.WriterSA: nil}}
+	c.Grant(ns, wt.WriterSA, ns, "get", "list", "watch", "create", "update")
+	c.Roles = []rbacv1.Role{*mkRole(chartRole, leaseRule)}
+	c.RoleBindings = []rbacv1.RoleBinding{*roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA))}
+	return webhook.NewHTTPHandler(&webhook.Handler{Resolver: c, Policy: webhook.Policy{RequireLiveLease: true, MaxShards: 4},
+		LookupTimeout: fuzzInputBudget, WorkBudget: fuzzWorkBudget, Log: logr.Discard(), Accounts: fakeReaders(t, sts(compliant()...))})
+}
+
+// fuzzRBACSeeds are reviews of the chart's RBAC and the writer's ServiceAccount.
+func fuzzRBACSeeds(t testing.TB) [][]byte {
+	chartRB := roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA))
+	sa := &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: wt.WriterSA, Namespace: ns}}
+	noToken := sa.DeepCopy()
+	noToken.AutomountServiceAccountToken = ptr.To(false)
+	return [][]byte{
+		rbacReview(t, admissionv1.Delete, rbKind, chartRole, nil, chartRB),
+		rbacReview(t, admissionv1.Update, rbKind, chartRole, roleBinding(chartRole, "Role", chartRole, saSubject("other")), chartRB),
+		rbacReview(t, admissionv1.Update, rbKind, chartRole, roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA), saSubject("more")), chartRB),
+		rbacReview(t, admissionv1.Delete, roleKind, chartRole, nil, mkRole(chartRole, leaseRule)),
+		rbacReview(t, admissionv1.Delete, saGVK, wt.WriterSA, nil, sa),
+		rbacReview(t, admissionv1.Update, saGVK, wt.WriterSA, noToken, sa),
+	}
+}
+
+// disarmsTheBoundWriter is an oracle independent of the guard's code (it decodes as the API server
+// does): a DELETE of the writer's ServiceAccount, or a DELETE or UPDATE of the RoleBinding
+// noetl/ehdb-shard-election whose old object binds the writer to the chart's Role and whose result
+// does not.
+func disarmsTheBoundWriter(body []byte) bool {
+	var rv admissionv1.AdmissionReview
+	if kjson.UnmarshalCaseSensitivePreserveInts(body, &rv) != nil || rv.Request == nil || rv.Request.SubResource != "" || rv.Request.Namespace != ns {
+		return false
+	}
+	r := rv.Request
+	if r.Operation != admissionv1.Delete && r.Operation != admissionv1.Update {
+		return false
+	}
+	switch r.Kind {
+	case saGVK:
+		var old corev1.ServiceAccount
+		return r.Operation == admissionv1.Delete && kjson.UnmarshalCaseSensitivePreserveInts(r.OldObject.Raw, &old) == nil &&
+			(r.Name == wt.WriterSA || (r.Name == "" && old.Name == wt.WriterSA))
+	case rbKind:
+	default:
+		return false
+	}
+	binds := func(raw []byte) (bool, bool) {
+		var rb rbacv1.RoleBinding
+		if len(raw) == 0 || kjson.UnmarshalCaseSensitivePreserveInts(raw, &rb) != nil {
+			return false, false
+		}
+		if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != chartRole {
+			return false, true
+		}
+		for _, s := range rb.Subjects {
+			if s.Kind == "ServiceAccount" && s.Name == wt.WriterSA && (s.Namespace == "" || s.Namespace == ns) {
+				return true, true
+			}
+		}
+		return false, true
+	}
+	var old rbacv1.RoleBinding
+	if kjson.UnmarshalCaseSensitivePreserveInts(r.OldObject.Raw, &old) != nil {
+		return false
+	}
+	if name := r.Name; name != chartRole && (name != "" || old.Name != chartRole) {
+		return false
+	}
+	was, ok := binds(r.OldObject.Raw)
+	if !ok || !was {
+		return false
+	}
+	if r.Operation == admissionv1.Delete {
+		return true
+	}
+	still, ok := binds(r.Object.Raw)
+	return ok && !still
 }
 
 // fuzzHandler is the handler FuzzAdmissionReview feeds: an empty cluster, one ConfigMap reader.

@@ -47,6 +47,15 @@ type Handler struct {
 	// Workloads finds a StatefulSet whose scale subresource is under review; nil: scale-ups
 	// cannot be verified and are refused.
 	Workloads Workloads
+	// Accounts finds the guarded objects that run as the ServiceAccounts an RBAC or
+	// ServiceAccount change touches; nil: the guard has no opinion on RBAC (rbacreview.go).
+	Accounts AccountUsers
+	// ClusterRoleScopes are the namespaces whose RoleBindings may grant a ClusterRole under
+	// review to a guarded account: the guarded namespaces, or "*" for every namespace.
+	ClusterRoleScopes []string
+	// Invalidate, when set, is called once an RBAC or ServiceAccount change is admitted, so the
+	// resolver's positive cache forgets answers the change may have made stale.
+	Invalidate func()
 	// MaxInFlight bounds the reviews one process works on at once (NewHTTPHandler); a review
 	// that finds no slot before its deadline gets HTTP 429, which the API server treats as a
 	// webhook failure (workloads fail closed, Pods fail open). 0 means DefaultMaxInFlight.
@@ -77,7 +86,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 			return
 		}
 		kind := KindOther
-		if Known(schema.GroupVersionKind(req.Kind)) || schema.GroupVersionKind(req.Kind) == gvkConfigMap {
+		if g := schema.GroupVersionKind(req.Kind); Known(g) || g == gvkConfigMap || isRBACKind(g) {
 			kind = req.Kind.Kind
 		}
 		msg := fmt.Sprintf("ehdb-election guard: internal error judging %s %s/%s: %v", req.Kind.Kind, req.Namespace, req.Name, r)
@@ -116,6 +125,9 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	case gvk == gvkConfigMap && h.Readers != nil && req.SubResource == "" &&
 		(req.Operation == admissionv1.Create || req.Operation == admissionv1.Update || req.Operation == admissionv1.Delete):
 		return h.handleConfigMap(ctx, req, log, start)
+	case isRBACKind(gvk) && h.Accounts != nil && req.SubResource == "" &&
+		(req.Operation == admissionv1.Update || req.Operation == admissionv1.Delete):
+		return h.handleRBAC(ctx, req, log, start)
 	case isStatefulSetScale(req):
 		return h.handleScale(ctx, req, log, start)
 	case !Known(gvk):

@@ -17,6 +17,9 @@ type Input struct {
 	// ConfigMapChange, when set, says the review is of a ConfigMap that Object reads: Object is
 	// judged with the ConfigMap's new content, Old (the same workload) with its old content.
 	ConfigMapChange *ConfigMapChange
+	// RBACChange, when set, says the review is of an RBAC object or ServiceAccount that Object's
+	// pods may depend on: Object is judged with the facts as the change leaves them (rbacchange.go).
+	RBACChange *RBACChange
 	// Budget bounds the work of resolving environments; Evaluate sets one per review. nil gives
 	// every call of Needs or Decide a fresh DefaultBudget.
 	Budget *Budget

@@ -23,7 +23,11 @@ var judgedKinds = func() []string {
 	for _, s := range PodSources {
 		out = append(out, s.GVK.Kind)
 	}
-	return append(out, gvkConfigMap.Kind)
+	out = append(out, gvkConfigMap.Kind)
+	for _, k := range RBACKinds {
+		out = append(out, k.Kind)
+	}
+	return out
 }()
 
 // NewMetrics registers the guard's series with reg:

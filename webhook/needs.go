@@ -53,6 +53,12 @@ func Needs(in Input, f *Facts, p Policy) Query {
 		b.serviceAccount(sa)
 	}
 	saKey := types.NamespacedName{Namespace: w.Namespace, Name: sa}
+	// Under an RBAC change, the access the change leaves decides which reviews by name follow.
+	after := f
+	if c := in.RBACChange; c != nil {
+		c.needs(f, b)
+		after = c.apply(f, w)
+	}
 	for i := range views {
 		v := &views[i]
 		if !v.armed || hasPendingConfigMaps(in, v.c, f) {
@@ -70,7 +76,7 @@ func Needs(in Input, f *Facts, p Policy) Query {
 				b.access(wide)
 				// A Role may grant get and update by resourceNames: ask for each shard's Lease
 				// once the namespace-wide review has refused (create cannot be restricted by name).
-				if a, ok := f.Access[wide]; ok && a.Err == nil && !a.Allowed && verb != "create" && shardsKnown {
+				if a, ok := after.Access[wide]; ok && a.Err == nil && !a.Allowed && verb != "create" && shardsKnown {
 					for _, s := range ev.shards {
 						b.access(AccessCheck{ServiceAccount: saKey, Namespace: ns, Verb: verb, Name: election.LeaseName(s)})
 					}

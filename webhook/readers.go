@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -99,4 +100,84 @@ func (s ScopedReaders) ReadersOf(namespace, configMap string) ([]*Workload, erro
 		return nil, fmt.Errorf("this webhook's watches cover %v, not namespace %s: its configuration sends it more than its --guarded-namespaces", s.Namespaces, namespace)
 	}
 	return s.Readers.ReadersOf(namespace, configMap)
+}
+
+// ServiceAccountIndex is the name of the informer index IndexByServiceAccount computes.
+const ServiceAccountIndex = "ehdb-election/serviceaccounts"
+
+// IndexByServiceAccount is a cache.IndexFunc over judged workloads: "<namespace>/<account>" of
+// the ServiceAccount their pods run as ("default" when the template names none).
+func IndexByServiceAccount(obj any) ([]string, error) {
+	o, ok := obj.(runtime.Object)
+	if !ok {
+		return nil, nil
+	}
+	w, err := WorkloadOf(o, "")
+	if err != nil || w.Pod.Spec == nil {
+		return nil, nil
+	}
+	return []string{w.Namespace + "/" + ServiceAccountName(w.Pod.Spec)}, nil
+}
+
+// AccountUsers finds the guarded objects whose pods run as the ServiceAccounts a selector selects,
+// for an RBAC or ServiceAccount change (rbacreview.go). Implementations answer from a watch-fed
+// cache.
+type AccountUsers interface {
+	UsersOf(sel AccountSelector) ([]*Workload, error)
+}
+
+// UsersOf implements AccountUsers: by the ServiceAccountIndex for one account, by a scan of the
+// cache for a group subject (every account of a namespace, or of every namespace).
+func (r IndexReaders) UsersOf(sel AccountSelector) ([]*Workload, error) {
+	var out []*Workload
+	for _, idx := range r {
+		var objs []any
+		if sel.Namespace != "" && sel.Name != "" {
+			var err error
+			if objs, err = idx.ByIndex(ServiceAccountIndex, sel.Namespace+"/"+sel.Name); err != nil {
+				return nil, fmt.Errorf("reading the %s index: %w", ServiceAccountIndex, err)
+			}
+		} else {
+			objs = idx.List()
+		}
+		for _, o := range objs {
+			ro, ok := o.(runtime.Object)
+			if !ok {
+				continue
+			}
+			w, err := WorkloadOf(ro, "")
+			if err != nil || (sel.Namespace != "" && w.Namespace != sel.Namespace) {
+				continue
+			}
+			out = append(out, w)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		if out[i].Kind != out[j].Kind {
+			return out[i].Kind < out[j].Kind
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// Covers reports whether the watches cover namespace.
+func (s ScopedReaders) Covers(namespace string) bool {
+	return slices.Contains(s.Namespaces, "") || slices.Contains(s.Namespaces, namespace)
+}
+
+// UsersOf implements AccountUsers within the watched namespaces: accounts of a namespace the
+// watches do not cover run no object the guard knows (out of its reach, README).
+func (s ScopedReaders) UsersOf(sel AccountSelector) ([]*Workload, error) {
+	users, ok := s.Readers.(AccountUsers)
+	if !ok {
+		return nil, errors.New("the readers' cache has no ServiceAccount index")
+	}
+	if sel.Namespace != "" && !s.Covers(sel.Namespace) {
+		return nil, nil
+	}
+	return users.UsersOf(sel)
 }

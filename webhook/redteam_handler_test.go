@@ -113,9 +113,9 @@ func TestHandlerBoundsReviewsInFlight(t *testing.T) {
 }
 
 // fakeReaders is a ConfigMapReaders over an indexer, as the webhook's informers fill it.
-func fakeReaders(t *testing.T, objs ...any) webhook.ConfigMapReaders {
+func fakeReaders(t testing.TB, objs ...any) webhook.IndexReaders {
 	t.Helper()
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{webhook.ConfigMapIndex: webhook.IndexByConfigMap})
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{webhook.ConfigMapIndex: webhook.IndexByConfigMap, webhook.ServiceAccountIndex: webhook.IndexByServiceAccount})
 	for _, o := range objs {
 		if err := idx.Add(o); err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -103,6 +104,9 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 			mu.Unlock()
 		})
 	}
+	// The generation the lookups start in: an answer is cached under it, so a change seen while
+	// the lookup ran makes it stale at once (ForgetOnChange).
+	gen, cacheable := r.cache.generation()
 	for _, name := range q.ServiceAccounts {
 		key := types.NamespacedName{Namespace: q.Namespace, Name: name}
 		if fact, ok := r.cache.serviceAccount(key); ok {
@@ -123,7 +127,7 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 				fact.Annotations = sa.Annotations
 				fact.AutomountToken = sa.AutomountServiceAccountToken
 			}
-			r.cache.keepServiceAccount(key, fact)
+			r.cache.keepServiceAccount(key, fact, gen, cacheable)
 			mu.Lock()
 			out.ServiceAccounts[name] = fact
 			mu.Unlock()
@@ -142,7 +146,7 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 		}
 		run(func() {
 			fact := r.access(ctx, c)
-			r.cache.keepAccess(c, fact)
+			r.cache.keepAccess(c, fact, gen, cacheable)
 			mu.Lock()
 			out.Access[c] = fact
 			mu.Unlock()
@@ -181,6 +185,30 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 			mu.Unlock()
 		})
 	}
+	for _, scope := range q.Bindings {
+		run(func() {
+			fact := r.bindings(ctx, scope)
+			mu.Lock()
+			out.Bindings[scope] = fact
+			mu.Unlock()
+		}, func(err error) {
+			mu.Lock()
+			out.Bindings[scope] = BindingsFact{Err: fmt.Errorf("listing bindings (%q): %w", scope, err)}
+			mu.Unlock()
+		})
+	}
+	for _, key := range q.Roles {
+		run(func() {
+			fact := r.role(ctx, key)
+			mu.Lock()
+			out.Roles[key] = fact
+			mu.Unlock()
+		}, func(err error) {
+			mu.Lock()
+			out.Roles[key] = RoleFact{Err: fmt.Errorf("getting %s: %w", key, err)}
+			mu.Unlock()
+		})
+	}
 	wg.Wait()
 	if r.renewals != nil {
 		for key, fact := range out.Leases {
@@ -215,6 +243,59 @@ func (r *APIResolver) access(ctx context.Context, c AccessCheck) AccessFact {
 		return AccessFact{Err: fmt.Errorf("SubjectAccessReview for %s %s %s in %s: %w", serviceAccountUser(c.ServiceAccount), c.Verb, what, c.Namespace, err)}
 	}
 	return AccessFact{Allowed: res.Status.Allowed && !res.Status.Denied, Reason: res.Status.Reason, EvaluationError: res.Status.EvaluationError}
+}
+
+// bindings lists one scope's bindings fresh from the API server (never from a cache: two removals
+// in a row must each see the other's result): "" the ClusterRoleBindings, "*" the RoleBindings of
+// every namespace, else one namespace's RoleBindings.
+func (r *APIResolver) bindings(ctx context.Context, scope string) BindingsFact {
+	var out BindingsFact
+	if scope == "" {
+		l, err := r.client.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return BindingsFact{Err: fmt.Errorf("listing ClusterRoleBindings: %w", err)}
+		}
+		for i := range l.Items {
+			out.Items = append(out.Items, BindingOfClusterRoleBinding(&l.Items[i]))
+		}
+		return out
+	}
+	ns := scope
+	if scope == "*" {
+		ns = metav1.NamespaceAll
+	}
+	l, err := r.client.RbacV1().RoleBindings(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return BindingsFact{Err: fmt.Errorf("listing RoleBindings in %q: %w", scope, err)}
+	}
+	for i := range l.Items {
+		out.Items = append(out.Items, BindingOfRoleBinding(&l.Items[i]))
+	}
+	return out
+}
+
+// role gets one Role or ClusterRole fresh from the API server.
+func (r *APIResolver) role(ctx context.Context, k RoleKey) RoleFact {
+	var rules []rbacv1.PolicyRule
+	var err error
+	if k.Namespace == "" {
+		var cr *rbacv1.ClusterRole
+		if cr, err = r.client.RbacV1().ClusterRoles().Get(ctx, k.Name, metav1.GetOptions{}); err == nil {
+			rules = cr.Rules
+		}
+	} else {
+		var role *rbacv1.Role
+		if role, err = r.client.RbacV1().Roles(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{}); err == nil {
+			rules = role.Rules
+		}
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return RoleFact{NotFound: true}
+	case err != nil:
+		return RoleFact{Err: fmt.Errorf("getting %s: %w", k, err)}
+	}
+	return RoleFact{Rules: rules}
 }
 
 func serviceAccountUser(sa types.NamespacedName) string {

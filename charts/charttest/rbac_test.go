@@ -86,11 +86,19 @@ func TestRBACMatrix(t *testing.T) {
 	t.Run("webhook", func(t *testing.T) {
 		rows := []access{
 			{"create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
-			// ServiceAccounts and ConfigMaps by name only; Leases read and watched (--watch-leases).
+			// ConfigMaps by name only; Leases read and watched (--watch-leases); ServiceAccounts and
+			// RBAC read and watched (metadata only: any change drops the cached answers), never changed.
 			{"get", "", "serviceaccounts", other, "noetl-cmdbus-writer", true},
 			{"get", "", "configmaps", other, "writer-env", true},
 			{"get", coord, "leases", other, "ehdb-shard-00000000", true},
-			{"list", "", "serviceaccounts", other, "", false},
+			{"watch", "", "serviceaccounts", other, "", true},
+			{"list", "rbac.authorization.k8s.io", "rolebindings", other, "", true},
+			{"get", "rbac.authorization.k8s.io", "roles", other, "r", true},
+			{"list", "rbac.authorization.k8s.io", "clusterrolebindings", "", "", true},
+			{"get", "rbac.authorization.k8s.io", "clusterroles", "", "c", true},
+			{"delete", "rbac.authorization.k8s.io", "rolebindings", other, "r", false},
+			{"update", "rbac.authorization.k8s.io", "clusterroles", "", "c", false},
+			{"delete", "", "serviceaccounts", other, "noetl-cmdbus-writer", false},
 			{"list", "", "configmaps", other, "", false},
 			{"watch", "", "configmaps", other, "", false},
 			{"watch", coord, "leases", other, "", true},

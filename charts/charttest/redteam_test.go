@@ -45,9 +45,15 @@ type redTeam struct {
 
 func newRedTeam(t *testing.T) *redTeam {
 	t.Helper()
+	return newRedTeamWith(t, nil)
+}
+
+// newRedTeamWith is newRedTeam with values over the test release's.
+func newRedTeamWith(t *testing.T, values map[string]any) *redTeam {
+	t.Helper()
 	r := newRelease(t, nil)
 	labelNamespace(t, r.cs, r.ns, map[string]string{isolationLabel: r.name})
-	r.install(t, r.values(nil))
+	r.install(t, r.values(values))
 	bin, err := webhookBinary()
 	if err != nil {
 		t.Fatal(err)

@@ -200,10 +200,14 @@ func TestWriterRBAC(t *testing.T) {
 func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
 	sar := []rbacv1.PolicyRule{
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		// RBAC changes under review: what may grant a writer its Leases (issue 17).
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	// What the guard reads, only where it guards (cluster-wide only with guardedNamespaces ["*"]).
 	reads := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"replicationcontrollers", "pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Verbs: []string{"get", "list", "watch"}},
@@ -551,6 +555,9 @@ func TestOptionsReachTheDeployment(t *testing.T) {
 		if *w.ClientConfig.Service.Port != 8443 || *w.TimeoutSeconds != 10 {
 			t.Errorf("%s: service port %d timeout %d, want 8443 and 10", w.Name, *w.ClientConfig.Service.Port, *w.TimeoutSeconds)
 		}
+		if w.Rules[0].Scope != nil && *w.Rules[0].Scope == admissionregistrationv1.ClusterScope {
+			continue // cluster-scoped objects: a namespaceSelector would never skip them
+		}
 		if w.NamespaceSelector.MatchLabels["ehdb.noetl.io/guarded"] != "true" || len(w.NamespaceSelector.MatchExpressions) != 2 {
 			t.Errorf("%s: extra namespaceSelector not ANDed in: %+v", w.Name, w.NamespaceSelector)
 		}
@@ -600,8 +607,8 @@ func TestWebhookConfiguration(t *testing.T) {
 			if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != tc.injectCAFrom {
 				t.Errorf("inject-ca-from = %q, want %q", got, tc.injectCAFrom)
 			}
-			if len(vwc.Webhooks) != 5 {
-				t.Fatalf("%d webhook entries, want 5", len(vwc.Webhooks))
+			if len(vwc.Webhooks) != 7 {
+				t.Fatalf("%d webhook entries, want 7", len(vwc.Webhooks))
 			}
 			byName := map[string]admissionregistrationv1.ValidatingWebhook{}
 			for _, h := range vwc.Webhooks {
@@ -613,6 +620,24 @@ func TestWebhookConfiguration(t *testing.T) {
 				if len(h.Rules) != 1 || !slices.Equal(h.Rules[0].Resources, []string{sub.resource}) || !slices.Equal(h.Rules[0].Operations, []admissionregistrationv1.OperationType{"UPDATE"}) ||
 					*h.FailurePolicy != tc.workloads || len(h.MatchConditions) != 1 || !reflect.DeepEqual(h.NamespaceSelector, workloads.NamespaceSelector) {
 					t.Errorf("%s entry: %+v", sub.name, h)
+				}
+			}
+			// The disarming entries (issue 17): namespaced RBAC and ServiceAccounts with the workloads'
+			// scope and failure policy; the cluster-scoped RBAC with its own (fail open by default).
+			rbacEntry, clusterEntry := byName["rbac"], byName["clusterrbac"]
+			if len(rbacEntry.Rules) != 2 || !slices.Equal(rbacEntry.Rules[0].Resources, []string{"roles", "rolebindings"}) || !slices.Equal(rbacEntry.Rules[1].Resources, []string{"serviceaccounts"}) ||
+				*rbacEntry.FailurePolicy != tc.workloads || len(rbacEntry.MatchConditions) != 1 || !reflect.DeepEqual(rbacEntry.NamespaceSelector, workloads.NamespaceSelector) {
+				t.Errorf("rbac entry: %+v", rbacEntry)
+			}
+			if len(clusterEntry.Rules) != 1 || !slices.Equal(clusterEntry.Rules[0].Resources, []string{"clusterroles", "clusterrolebindings"}) ||
+				*clusterEntry.Rules[0].Scope != admissionregistrationv1.ClusterScope || len(clusterEntry.MatchConditions) != 1 {
+				t.Errorf("clusterrbac entry: %+v", clusterEntry)
+			}
+			for _, h := range []admissionregistrationv1.ValidatingWebhook{rbacEntry, clusterEntry} {
+				for _, r := range h.Rules {
+					if !slices.Equal(r.Operations, []admissionregistrationv1.OperationType{"UPDATE", "DELETE"}) {
+						t.Errorf("%s sends %v; only updates and deletes can take access away", h.Name, r.Operations)
+					}
 				}
 			}
 			wantCMRules := []admissionregistrationv1.RuleWithOperations{

@@ -18,8 +18,8 @@ import (
 )
 
 // The chart never disarms the writers it protects (issue 12): the writer's ServiceAccount, Role and
-// RoleBinding survive `helm uninstall` by default, and an install or upgrade that would delete or
-// unbind the account while an armed writer runs as it is refused.
+// RoleBinding survive `helm uninstall` by default, and the webhook refuses deleting or unbinding
+// them while an armed writer runs as the account (issue 17), whatever sends the change.
 
 const keepPolicy = "helm.sh/resource-policy"
 
@@ -140,20 +140,36 @@ func writerBound(t *testing.T, r *testRelease, sa string) (exists, bound bool) {
 }
 
 // TestChartNeverDisarmsAnArmedWriter: with an armed writer running as the chart's account, every
-// values change that used to delete or unbind that account either is refused, naming the writer and
-// the removal order, or leaves the account in place and bound (kept). After the writer is disarmed
-// (shadow) the same change goes through: the refusal guards armed writers, not the values.
+// values change that used to delete or unbind that account leaves it in place and bound: Helm keeps
+// it (keepOnUninstall), or the webhook refuses Helm's request (issue 17: the render-time check that
+// saw only a literal enforce, and never ran under `helm template`, is gone; admission refuses the
+// change whatever sends it). A renamed account is a RoleBinding update, whose refusal Helm reports
+// with the removal order; Helm logs a refused delete and goes on, leaving the object. After the
+// writer is disarmed (shadow) the same change goes through. The writer's RBAC comes from a release
+// of its own (webhook.enabled=false, a second writer namespace's shape) guarded by the red team's
+// webhook, so its upgrades never touch the webhook configuration the harness points at the host.
 func TestChartNeverDisarmsAnArmedWriter(t *testing.T) {
 	t.Parallel()
-	r := newRelease(t, nil)
-	base := mustValuesFile(t, "ci/writer-rbac-only-values.yaml")
-	r.install(t, r.values(base))
-	ctx := context.Background()
-	const sa = "noetl-cmdbus-writer"
-	sts, err := r.cs.AppsV1().StatefulSets(r.ns).Create(ctx, armedWriter("noetl-cmdbus-writer", sa, " Enforce "), metav1.CreateOptions{})
+	guard := newRedTeamWith(t, map[string]any{"leaseGuard": map[string]any{"enabled": false},
+		"writer": map[string]any{"serviceAccount": map[string]any{"create": false}, "rbac": map[string]any{"create": false}}})
+	h, err := newHelmClient(guard.c.Kubeconfig, guard.ns, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := &testRelease{c: guard.c, cs: guard.cs, ns: guard.ns, name: Name, helm: h}
+	base := mustValuesFile(t, "ci/writer-rbac-only-values.yaml")
+	r.install(t, base)
+	ctx := context.Background()
+	const sa = "noetl-cmdbus-writer"
+	guard.liveLease(t, 0)
+	var sts *appsv1.StatefulSet
+	waitFor(t, 30*time.Second, "the armed writer admitted", func(ctx context.Context) (bool, error) {
+		sts, err = r.cs.AppsV1().StatefulSets(r.ns).Create(ctx, armedWriter("noetl-cmdbus-writer", sa, " Enforce "), metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	waitFor(t, 30*time.Second, "the armed writer in the guard's watch", func(ctx context.Context) (bool, error) {
+		return r.cs.RbacV1().RoleBindings(r.ns).Delete(ctx, "ehdb-shard-election", dryDelete) != nil, nil
+	})
 	check := func(step string) {
 		t.Helper()
 		if exists, bound := writerBound(t, r, sa); !exists || !bound {
@@ -162,18 +178,17 @@ func TestChartNeverDisarmsAnArmedWriter(t *testing.T) {
 	}
 	wr := func(v map[string]any) map[string]any { return map[string]any{"writer": v} }
 	changes := []struct {
-		name   string
-		values map[string]any
+		name    string
+		values  map[string]any
+		refused bool // Helm reports the refusal (an update); a refused delete it only logs
 	}{
-		{"writer.rbac.create=false", wr(map[string]any{"rbac": map[string]any{"create": false}})},
-		{"writer.serviceAccount.name renamed", wr(map[string]any{"serviceAccount": map[string]any{"name": "renamed-writer"}})},
-		{"writer.serviceAccount.create=false", wr(map[string]any{"serviceAccount": map[string]any{"create": false}})},
+		{"writer.rbac.create=false", wr(map[string]any{"rbac": map[string]any{"create": false}}), false},
+		{"writer.serviceAccount.name renamed", wr(map[string]any{"serviceAccount": map[string]any{"name": "renamed-writer"}}), true},
+		{"writer.serviceAccount.create=false", wr(map[string]any{"serviceAccount": map[string]any{"create": false}}), false},
 	}
 	for _, keep := range []bool{true, false} {
-		start := r.values(base)
+		start := copyValues(base)
 		if !keep {
-			// Helm decides on the live object's annotation: first an upgrade that only drops the keep
-			// policy (nothing is lost by it, so it is allowed), then the removals.
 			mergeValues(start, wr(map[string]any{"keepOnUninstall": false}))
 			if _, err := r.helm.Upgrade(ctx, r.name, start); err != nil {
 				t.Fatalf("keepOnUninstall=false alone: %v", err)
@@ -181,27 +196,26 @@ func TestChartNeverDisarmsAnArmedWriter(t *testing.T) {
 		}
 		for _, c := range changes {
 			step := c.name
-			values := r.values(base, c.values)
+			values := copyValues(base)
+			mergeValues(values, c.values)
 			if !keep {
 				step += ", keepOnUninstall=false"
 				mergeValues(values, wr(map[string]any{"keepOnUninstall": false}))
 			}
 			_, err := r.helm.Upgrade(ctx, r.name, values)
 			switch {
-			case err != nil && !strings.Contains(err.Error(), "refusing to disarm"):
-				t.Errorf("%s: upgrade failed, but not with the refusal: %v", step, err)
-			case err != nil:
-				t.Logf("%s: refused: %v", step, err)
-				for _, want := range []string{"StatefulSet/noetl-cmdbus-writer", "ServiceAccount " + sa, "NOETL_EHDB_FENCING=shadow", "wait for the rollout"} {
+			case c.refused && err == nil:
+				t.Errorf("%s: upgrade allowed, want the webhook's refusal", step)
+			case c.refused:
+				for _, want := range []string{"refusing to disarm", "StatefulSet " + r.ns + "/noetl-cmdbus-writer", "ServiceAccount " + r.ns + "/" + sa, "NOETL_EHDB_FENCING=shadow", "wait for their rollout"} {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("%s: the refusal does not say %q: %v", step, want, err)
 					}
 				}
-			case !keep:
-				t.Errorf("%s: upgrade allowed, want it refused: nothing keeps the account", step)
+			case err != nil:
+				t.Errorf("%s: upgrade failed: %v", step, err)
 			}
 			check(step)
-			// Back to the starting point (this also re-adopts anything a kept upgrade left behind).
 			if _, err := r.helm.Upgrade(ctx, r.name, start); err != nil {
 				t.Fatalf("%s: upgrading back: %v", step, err)
 			}
@@ -239,8 +253,15 @@ func TestChartNeverDisarmsAnArmedWriter(t *testing.T) {
 		}
 		return true, nil
 	})
-	if _, err := r.helm.Upgrade(ctx, r.name, r.values(base, wr(map[string]any{"keepOnUninstall": false, "rbac": map[string]any{"create": false}}))); err != nil {
-		t.Fatalf("disarmed writer: removing the RBAC refused: %v", err)
+	removeAll := copyValues(base)
+	mergeValues(removeAll, wr(map[string]any{"keepOnUninstall": false, "rbac": map[string]any{"create": false}}))
+	// Helm tries a delete once (the next release no longer holds the object): wait until the guard's
+	// watch has seen the writer disarmed.
+	waitFor(t, 30*time.Second, "the guard to see the writer disarmed", func(ctx context.Context) (bool, error) {
+		return r.cs.RbacV1().RoleBindings(r.ns).Delete(ctx, "ehdb-shard-election", dryDelete) == nil, nil
+	})
+	if _, err := r.helm.Upgrade(ctx, r.name, removeAll); err != nil {
+		t.Fatalf("disarmed writer: removing the RBAC: %v", err)
 	}
 	if _, bound := writerBound(t, r, sa); bound {
 		t.Error("keepOnUninstall=false, rbac.create=false, writer disarmed: the RoleBinding is still there (the control shows nothing)")

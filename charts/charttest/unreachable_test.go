@@ -51,6 +51,27 @@ var armedSamples = map[string]func(ctx context.Context, cs kubernetes.Interface,
 		_, err = pods.UpdateEphemeralContainers(ctx, pod.Name, pod, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	},
+	// A disarming change (issue 17) to the chart's own writer RBAC, as a dry run: the delete of its
+	// lease Role (the rbac entry) and of its lease-viewer ClusterRole (the clusterrbac entry).
+	"roles": func(ctx context.Context, cs kubernetes.Interface, ns string) error {
+		roles, err := cs.RbacV1().Roles(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=writer-election"})
+		if err != nil || len(roles.Items) == 0 {
+			return fmt.Errorf("no writer Role in %s: %v", ns, err)
+		}
+		return cs.RbacV1().Roles(ns).Delete(ctx, roles.Items[0].Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	},
+	"clusterroles": func(ctx context.Context, cs kubernetes.Interface, ns string) error {
+		crs, err := cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=writer-election"})
+		if err != nil {
+			return err
+		}
+		for _, cr := range crs.Items {
+			if strings.HasSuffix(cr.Name, "."+ns) {
+				return cs.RbacV1().ClusterRoles().Delete(ctx, cr.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			}
+		}
+		return fmt.Errorf("no lease-viewer ClusterRole of %s", ns)
+	},
 	// A scale-up goes through the scale subresource of an existing set: an unarmed one is created
 	// for real (no matchCondition sends it to the webhook), the scale-up is a dry run.
 	"statefulsets/scale": func(ctx context.Context, cs kubernetes.Interface, ns string) error {

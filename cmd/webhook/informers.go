@@ -5,22 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -263,11 +269,20 @@ type watches struct {
 	// renewedAt is when this process saw each Lease ("ns/name") renew (LastRenewal).
 	renewMu   sync.Mutex
 	renewedAt map[string]time.Time
+	// rbac are the metadata watches of RBAC and ServiceAccounts; changes counts what they saw
+	// (Generation).
+	rbac    []*watched
+	changes atomic.Uint64
 }
 
-func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, log logr.Logger) (*watches, error) {
+func newWatches(cs kubernetes.Interface, mc metadata.Interface, namespaces []string, withLeases bool, log logr.Logger) (*watches, error) {
 	w := &watches{leases: map[string]*watched{}, byKind: map[string]map[string]*watched{}, cs: cs, log: log, renewedAt: map[string]time.Time{}}
 	w.readers.Namespaces, w.readers.Readers = guardedScopes(namespaces), webhook.IndexReaders(nil)
+	if mc != nil {
+		if err := w.watchRBAC(mc, namespaces, log); err != nil {
+			return nil, err
+		}
+	}
 	for _, ns := range guardedScopes(namespaces) {
 		if withLeases {
 			l, err := newWatched(leaseClient(cs), ns, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}, cache.TransformStripManagedFields(), log)
@@ -289,7 +304,7 @@ func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, l
 			w.all = append(w.all, l)
 		}
 		for _, k := range readerClients(cs) {
-			r, err := newWatched(k, ns, toolscache.Indexers{webhook.ConfigMapIndex: webhook.IndexByConfigMap}, webhook.StripForReaders, log)
+			r, err := newWatched(k, ns, toolscache.Indexers{webhook.ConfigMapIndex: webhook.IndexByConfigMap, webhook.ServiceAccountIndex: webhook.IndexByServiceAccount}, webhook.StripForReaders, log)
 			if err != nil {
 				return nil, err
 			}
@@ -309,7 +324,7 @@ func newWatches(cs kubernetes.Interface, namespaces []string, withLeases bool, l
 func (w *watches) run(ctx context.Context) error {
 	w.logScope(ctx)
 	var wg sync.WaitGroup
-	for _, x := range w.all {
+	for _, x := range append(slices.Clone(w.all), w.rbac...) {
 		wg.Add(1)
 		go func() { defer wg.Done(); x.informer.RunWithContext(ctx) }()
 	}
@@ -479,4 +494,70 @@ func (w *watches) LastRenewal(namespace, name string) (time.Time, bool) {
 	defer w.renewMu.Unlock()
 	at, ok := w.renewedAt[namespace+"/"+name]
 	return at, ok
+}
+
+// rbacResources are what a cached positive answer rests on: the RBAC objects that grant lease
+// access, and the ServiceAccounts (namespaced in the guarded namespaces, or cluster-scoped).
+var rbacResources = []struct {
+	gvr     schema.GroupVersionResource
+	cluster bool
+}{
+	{rbacv1.SchemeGroupVersion.WithResource("clusterroles"), true},
+	{rbacv1.SchemeGroupVersion.WithResource("clusterrolebindings"), true},
+	{rbacv1.SchemeGroupVersion.WithResource("roles"), false},
+	{rbacv1.SchemeGroupVersion.WithResource("rolebindings"), false},
+	{corev1.SchemeGroupVersion.WithResource("serviceaccounts"), false},
+}
+
+// watchRBAC starts metadata-only watches (no rules, no subjects kept) of rbacResources: any change
+// they see after their first list raises the generation, which drops the resolver's positive
+// cache (webhook.ForgetOnChange).
+func (w *watches) watchRBAC(mc metadata.Interface, namespaces []string, log logr.Logger) error {
+	bump := func() { w.changes.Add(1) }
+	for _, r := range rbacResources {
+		scopes := guardedScopes(namespaces)
+		if r.cluster {
+			scopes = []string{""}
+		}
+		for _, ns := range scopes {
+			res := mc.Resource(r.gvr)
+			k := kindClient{r.gvr.Resource, &metav1.PartialObjectMetadata{},
+				func(ctx context.Context, ns string, o metav1.ListOptions) (runtime.Object, error) {
+					return res.Namespace(ns).List(ctx, o)
+				},
+				func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
+					return res.Namespace(ns).Watch(ctx, o)
+				}}
+			x, err := newWatched(k, ns, toolscache.Indexers{}, nil, log)
+			if err != nil {
+				return err
+			}
+			if _, err := x.informer.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+				AddFunc:    func(_ any, initial bool) { bump() },
+				UpdateFunc: func(any, any) { bump() },
+				DeleteFunc: func(any) { bump() },
+			}); err != nil {
+				return err
+			}
+			// Not in readiness: a broken RBAC watch only turns the positive cache off (Generation).
+			w.rbac = append(w.rbac, x)
+		}
+	}
+	return nil
+}
+
+var _ webhook.Generation = (*watches)(nil)
+
+// Generation implements webhook.Generation: the changes the RBAC watches saw, and whether every
+// one of them has synced and works (a broken watch could hide a change, so nothing is cached then).
+func (w *watches) Generation() (uint64, bool) {
+	if len(w.rbac) == 0 {
+		return 0, false
+	}
+	for _, x := range w.rbac {
+		if !x.informer.HasSynced() || x.health.check() != nil {
+			return 0, false
+		}
+	}
+	return w.changes.Load(), true
 }

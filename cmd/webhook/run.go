@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -86,13 +87,19 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	if err != nil {
 		return fmt.Errorf("creating the API client: %w", err)
 	}
-	resolverOpts := []webhook.ResolverOption{webhook.CacheAllowedFor(o.cacheAllowedTTL, clock.RealClock{})}
-	// Watches scoped to the guarded namespaces: the Leases the order check reads (--watch-leases)
-	// and the workloads that may read a ConfigMap under review. /readyz follows their health.
-	w, err := newWatches(cs, o.guardedNamespaces, o.watchLeases, log.WithName("watches"))
+	mc, err := metadata.NewForConfig(lookups)
+	if err != nil {
+		return fmt.Errorf("creating the metadata client: %w", err)
+	}
+	// Watches scoped to the guarded namespaces: the Leases the order check reads (--watch-leases),
+	// the workloads that may read a ConfigMap or run as an account under review, and (metadata
+	// only) the RBAC objects and ServiceAccounts whose every change drops the positive cache.
+	// /readyz follows their health.
+	w, err := newWatches(cs, mc, o.guardedNamespaces, o.watchLeases, log.WithName("watches"))
 	if err != nil {
 		return err
 	}
+	resolverOpts := []webhook.ResolverOption{webhook.CacheAllowedFor(o.cacheAllowedTTL, clock.RealClock{}), webhook.ForgetOnChange(w)}
 	w.checkScope(o.webhookConfigName, o.guardedNamespaces)
 	if err := mgr.Add(manager.RunnableFunc(w.run)); err != nil {
 		return err
@@ -103,15 +110,24 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	if o.watchLeases {
 		resolverOpts = append(resolverOpts, webhook.ReadLeasesFrom(leaseLister{w}), webhook.JudgeRenewalsBy(w))
 	}
+	resolver := webhook.NewAPIResolver(cs, 0, resolverOpts...)
+	clusterRoleScopes := guardedScopes(o.guardedNamespaces)
+	if len(clusterRoleScopes) == 1 && clusterRoleScopes[0] == "" {
+		clusterRoleScopes = []string{"*"}
+	}
 	handler := &webhook.Handler{
-		Resolver:    webhook.NewAPIResolver(cs, 0, resolverOpts...),
-		Policy:      webhook.Policy{RequireLiveLease: o.requireLiveLease, MaxShards: o.maxShards},
-		Metrics:     metrics,
-		Log:         log.WithName("guard"),
-		Readers:     w.readers,
-		Owners:      w,
-		Workloads:   w,
-		MaxInFlight: o.maxInFlight,
+		Resolver: resolver,
+		Accounts: w.readers,
+		// RoleBindings of the guarded namespaces may grant a ClusterRole to a guarded account.
+		ClusterRoleScopes: clusterRoleScopes,
+		Invalidate:        resolver.Forget,
+		Policy:            webhook.Policy{RequireLiveLease: o.requireLiveLease, MaxShards: o.maxShards},
+		Metrics:           metrics,
+		Log:               log.WithName("guard"),
+		Readers:           w.readers,
+		Owners:            w,
+		Workloads:         w,
+		MaxInFlight:       o.maxInFlight,
 	}
 	mux := http.NewServeMux()
 	mux.Handle(webhookPath, webhook.NewHTTPHandler(handler))

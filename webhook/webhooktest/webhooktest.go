@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -134,6 +135,13 @@ type Resolver struct {
 	// Renewals, when not nil, is a renewal clock (webhook.LeaseFact.Observed): when this process
 	// saw each Lease's renewTime change; a Lease absent from it was never seen renewing.
 	Renewals map[types.NamespacedName]time.Time
+	// The RBAC objects an RBAC change is judged against (Query.Bindings and Query.Roles); RBACErr
+	// fails every such lookup. They answer no access check: Allowed does.
+	RoleBindings        []rbacv1.RoleBinding
+	ClusterRoleBindings []rbacv1.ClusterRoleBinding
+	Roles               []rbacv1.Role
+	ClusterRoles        []rbacv1.ClusterRole
+	RBACErr             error
 
 	mu      sync.Mutex
 	Queries []webhook.Query
@@ -212,6 +220,44 @@ func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
 		} else {
 			f.Access[c] = webhook.AccessFact{EvaluationError: r.EvaluationError}
 		}
+	}
+	for _, scope := range q.Bindings {
+		var fact webhook.BindingsFact
+		switch {
+		case r.RBACErr != nil:
+			fact.Err = r.RBACErr
+		case scope == "":
+			for i := range r.ClusterRoleBindings {
+				fact.Items = append(fact.Items, webhook.BindingOfClusterRoleBinding(&r.ClusterRoleBindings[i]))
+			}
+		default:
+			for i := range r.RoleBindings {
+				if scope == "*" || r.RoleBindings[i].Namespace == scope {
+					fact.Items = append(fact.Items, webhook.BindingOfRoleBinding(&r.RoleBindings[i]))
+				}
+			}
+		}
+		f.Bindings[scope] = fact
+	}
+	for _, k := range q.Roles {
+		fact := webhook.RoleFact{NotFound: true}
+		switch {
+		case r.RBACErr != nil:
+			fact = webhook.RoleFact{Err: r.RBACErr}
+		case k.Namespace == "":
+			for _, cr := range r.ClusterRoles {
+				if cr.Name == k.Name {
+					fact = webhook.RoleFact{Rules: cr.Rules}
+				}
+			}
+		default:
+			for _, role := range r.Roles {
+				if role.Namespace == k.Namespace && role.Name == k.Name {
+					fact = webhook.RoleFact{Rules: role.Rules}
+				}
+			}
+		}
+		f.Roles[k] = fact
 	}
 	for _, k := range q.Leases {
 		switch spec, ok := r.Leases[k]; {

@@ -227,7 +227,7 @@ helm.sh/resource-policy: keep
 
 {{/*
 ehdb-election.writer.owned: "true" when the live object (a lookup result) belongs to this release, by
-the ownership annotations Helm writes. Argument: (list $root $obj).
+the ownership annotations Helm writes (the TLS Secret's adoption uses it). Argument: (list $root $obj).
 */}}
 {{- define "ehdb-election.writer.owned" -}}
 {{- $root := index . 0 }}
@@ -245,94 +245,10 @@ reads the live object's annotation, not the chart's, when it decides whether to 
 {{- end }}
 
 {{/*
-The refusal to disarm. Before Helm applies an install or upgrade, compare what the cluster has (Helm's
-lookup of the live objects this release owns) with what this rendering keeps:
-  - a writer ServiceAccount the release owns is deleted when it is no longer rendered (create=false,
-    or renamed) and is not marked keep;
-  - a ServiceAccount the release's RoleBinding binds is unbound when the RoleBinding now names another
-    account, or when the RoleBinding or Role go (rbac.create=false) without keep.
-If an account would be lost, and a workload or Pod of the namespace runs as it with a container that
-sets NOETL_EHDB_FENCING=enforce literally, rendering fails and says what to do first. Lookups answer
-nothing offline (`helm template`, client-side dry runs), so those render unchanged; the workloads are
-only listed when an account would actually be lost.
-*/}}
-{{- define "ehdb-election.writer.refuseDisarm" -}}
-{{- $root := . }}
-{{- $ns := .Release.Namespace }}
-{{- $newSA := include "ehdb-election.writer.serviceAccountName" . }}
-{{- $roleName := include "ehdb-election.writer.roleName" . }}
-{{- $lost := dict }}
-{{- /* Accounts the release's RoleBinding binds today. */}}
-{{- $rb := lookup "rbac.authorization.k8s.io/v1" "RoleBinding" $ns $roleName }}
-{{- if and $rb (include "ehdb-election.writer.owned" (list $root $rb)) }}
-{{- $role := lookup "rbac.authorization.k8s.io/v1" "Role" $ns $roleName }}
-{{- $roleGoes := and (not .Values.writer.rbac.create) $role (include "ehdb-election.writer.owned" (list $root $role)) (not (include "ehdb-election.writer.kept" $role)) }}
-{{- $rbGoes := and (not .Values.writer.rbac.create) (not (include "ehdb-election.writer.kept" $rb)) }}
-{{- range $rb.subjects | default list }}
-{{- if and (eq .kind "ServiceAccount") (eq (.namespace | default $ns) $ns) }}
-{{- if or $rbGoes $roleGoes }}
-{{- $_ := set $lost .name (printf "writer.rbac.create=false deletes the Role and RoleBinding %s" $roleName) }}
-{{- else if and $root.Values.writer.rbac.create (ne .name $newSA) }}
-{{- $_ := set $lost .name (printf "the RoleBinding %s would bind %s instead" $roleName $newSA) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- /* Writer accounts the release created. */}}
-{{- $sas := lookup "v1" "ServiceAccount" $ns "" }}
-{{- range ($sas.items | default list) }}
-{{- if and (include "ehdb-election.writer.owned" (list $root .)) (eq (index (.metadata.labels | default dict) "app.kubernetes.io/component" | default "") "writer-election") (not (include "ehdb-election.writer.kept" .)) }}
-{{- if not (and $root.Values.writer.serviceAccount.create (eq .metadata.name $newSA)) }}
-{{- $_ := set $lost .metadata.name (printf "the ServiceAccount %s would be deleted (writer.serviceAccount: create=%v, name=%s)" .metadata.name $root.Values.writer.serviceAccount.create $newSA) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- if $lost }}
-{{- $armed := list }}
-{{- range $kind := list "StatefulSet" "Deployment" "DaemonSet" "ReplicaSet" "Job" "CronJob" "Pod" }}
-{{- $api := "apps/v1" }}
-{{- if has $kind (list "Job" "CronJob") }}{{ $api = "batch/v1" }}{{ end }}
-{{- if eq $kind "Pod" }}{{ $api = "v1" }}{{ end }}
-{{- range ((lookup $api $kind $ns "").items | default list) }}
-{{- $spec := dict }}
-{{- if eq $kind "Pod" }}
-{{- $spec = .spec | default dict }}
-{{- else if eq $kind "CronJob" }}
-{{- $spec = dig "spec" "jobTemplate" "spec" "template" "spec" dict . }}
-{{- else }}
-{{- $spec = dig "spec" "template" "spec" dict . }}
-{{- end }}
-{{- $sa := $spec.serviceAccountName | default $spec.serviceAccount | default "default" }}
-{{- if hasKey $lost $sa }}
-{{- $isArmed := false }}
-{{- range (concat ($spec.containers | default list) ($spec.initContainers | default list)) }}
-{{- range (.env | default list) }}
-{{- if and (eq .name "NOETL_EHDB_FENCING") (eq (.value | default "" | toString | trim | lower) "enforce") }}
-{{- $isArmed = true }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- if $isArmed }}
-{{- $armed = append $armed (printf "%s/%s (ServiceAccount %s: %s)" $kind .metadata.name $sa (index $lost $sa)) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- if $armed }}
-{{- $shown := $armed }}
-{{- if gt (len $armed) 5 }}
-{{- $shown = append (slice $armed 0 5) (printf "and %d more" (sub (len $armed) 5)) }}
-{{- end }}
-{{- fail (printf "refusing to disarm armed writers in namespace %s: %s. These run with NOETL_EHDB_FENCING=enforce; without their ServiceAccount's lease RBAC every token drops within a lease and the fence refuses every write. Remove in the reverse order of arming: set NOETL_EHDB_FENCING=shadow (or off) on these writers, wait for the rollout to finish, then apply this change" $ns (join "; " $shown)) }}
-{{- end }}
-{{- end }}
-{{- end }}
-
-{{/*
 ehdb-election.online: "true" when Helm renders against a cluster (install, upgrade, server-side dry
 run), empty for an offline render (`helm template`, client-side dry runs), where lookup answers an
 empty map. Listing ServiceAccounts of the release namespace answers a List object even when the
-namespace is empty or does not exist yet; the disarm check below needs the same permission.
+namespace is empty or does not exist yet.
 */}}
 {{- define "ehdb-election.online" -}}
 {{- if (lookup "v1" "ServiceAccount" .Release.Namespace "") }}true{{ end }}
@@ -351,4 +267,54 @@ entry gets it at once); the rotator or cainjector stays its writer.
 {{- if not $ca }}{{ $ca = dig "clientConfig" "caBundle" "" . }}{{ end }}
 {{- end }}
 {{- $ca }}
+{{- end }}
+
+{{/*
+CEL for the RBAC entries' matchConditions (the webhook judges the effect; these only keep changes that
+cannot take lease access or a token away from reaching it). Every optional field is guarded by has().
+ehdb-election.cel.rulesMayGrantLeases: the rules of the object at the path given may allow get, create
+or update on coordination.k8s.io leases (wildcards included).
+*/}}
+{{- define "ehdb-election.cel.rulesMayGrantLeases" -}}
+(has({{ . }}.rules) && {{ . }}.rules.exists(r, has(r.apiGroups) && r.apiGroups.exists(g, g == '*' || g == 'coordination.k8s.io') && has(r.resources) && r.resources.exists(x, x == '*' || x == 'leases') && has(r.verbs) && r.verbs.exists(v, v == '*' || v == 'get' || v == 'create' || v == 'update')))
+{{- end }}
+
+{{/*
+ehdb-election.cel.changed: the field given differs between oldObject and object (an UPDATE).
+*/}}
+{{- define "ehdb-election.cel.changed" -}}
+(has(object.{{ . }}) != has(oldObject.{{ . }}) || (has(object.{{ . }}) && object.{{ . }} != oldObject.{{ . }}))
+{{- end }}
+
+{{/*
+ehdb-election.cel.tokenTurnedOff: a ServiceAccount UPDATE that sets automountServiceAccountToken to false.
+*/}}
+{{- define "ehdb-election.cel.tokenTurnedOff" -}}
+has(object.automountServiceAccountToken) && !object.automountServiceAccountToken && (!has(oldObject.automountServiceAccountToken) || oldObject.automountServiceAccountToken)
+{{- end }}
+
+{{/*
+ehdb-election.cel.subjectsMayBeAccounts: a subject of the binding (dict "root", "obj": the CEL path)
+names a ServiceAccount of a guarded namespace, its user name, or a group its token carries
+(system:serviceaccounts, system:serviceaccounts:<ns>, system:authenticated). A RoleBinding's
+ServiceAccount subject without a namespace is one of the binding's namespace, which is guarded.
+*/}}
+{{- define "ehdb-election.cel.subjectsMayBeAccounts" -}}
+{{- $root := .root }}
+{{- $o := .obj }}
+{{- $all := has "*" $root.Values.webhook.guardedNamespaces }}
+{{- $guarded := prepend $root.Values.webhook.guardedNamespaces $root.Release.Namespace | uniq }}
+{{- $ns := list }}
+{{- $groups := list }}
+{{- range sortAlpha $guarded }}
+{{- $ns = append $ns (printf "'%s'" .) }}
+{{- $groups = append $groups (printf "'system:serviceaccounts:%s'" .) }}
+{{- end }}
+{{- $nsList := printf "[%s]" (join ", " $ns) }}
+{{- $groupList := printf "[%s]" (join ", " $groups) }}
+{{- if $all -}}
+(has({{ $o }}.subjects) && {{ $o }}.subjects.exists(s, s.kind == 'ServiceAccount' || (s.kind == 'User' && s.name.startsWith('system:serviceaccount:')) || (s.kind == 'Group' && (s.name == 'system:authenticated' || s.name.startsWith('system:serviceaccounts')))))
+{{- else -}}
+(has({{ $o }}.subjects) && {{ $o }}.subjects.exists(s, (s.kind == 'ServiceAccount' && (!has(s.namespace) || s.namespace == '' || s.namespace in {{ $nsList }})) || (s.kind == 'User' && s.name.startsWith('system:serviceaccount:')) || (s.kind == 'Group' && (s.name == 'system:authenticated' || s.name == 'system:serviceaccounts' || s.name in {{ $groupList }}))))
+{{- end }}
 {{- end }}

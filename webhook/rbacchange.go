@@ -1,0 +1,424 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// This file answers: what does an RBAC or ServiceAccount change under review take away from the
+// writers that run as the accounts it touches (issue 17, "disarming is refused wherever it comes
+// from")? The change is an overlay on the facts: the authorizer's answer after it is the answer
+// now, minus what the RBAC authorizer granted only through the changed object (RBACView.allows on
+// the state before and after); a deleted ServiceAccount is missing and one that stops mounting its
+// token mounts none. Judging a writer with the overlay is Decide's ordinary judgement.
+
+// Kinds of RBAC change the guard reviews.
+var (
+	gvkRole               = rbacv1.SchemeGroupVersion.WithKind("Role")
+	gvkRoleBinding        = rbacv1.SchemeGroupVersion.WithKind("RoleBinding")
+	gvkClusterRole        = rbacv1.SchemeGroupVersion.WithKind("ClusterRole")
+	gvkClusterRoleBinding = rbacv1.SchemeGroupVersion.WithKind("ClusterRoleBinding")
+	gvkServiceAccount     = schema.GroupVersionKind{Version: "v1", Kind: "ServiceAccount"}
+)
+
+// RBACKinds are the kinds whose UPDATE and DELETE can take a writer's lease access or token away.
+var RBACKinds = []schema.GroupVersionKind{gvkRole, gvkRoleBinding, gvkClusterRole, gvkClusterRoleBinding, gvkServiceAccount}
+
+// isRBACKind reports whether gvk is one of RBACKinds.
+func isRBACKind(gvk schema.GroupVersionKind) bool { return slices.Contains(RBACKinds, gvk) }
+
+// RBACChange is an UPDATE or DELETE of a Role, RoleBinding, ClusterRole, ClusterRoleBinding or
+// ServiceAccount, as the authorizer and the kubelet will see it.
+type RBACChange struct {
+	Kind      string
+	Namespace string // "" for the cluster-scoped kinds
+	Name      string
+	Deleted   bool
+	// OldBinding and NewBinding are set for the binding kinds (NewBinding nil on delete).
+	OldBinding, NewBinding *Binding
+	// OldRules and NewRules are set for the role kinds.
+	OldRules, NewRules []rbacv1.PolicyRule
+	// NewAutomount is the ServiceAccount's automountServiceAccountToken after an update.
+	NewAutomount *bool
+}
+
+func (c *RBACChange) String() string {
+	verb := "editing"
+	if c.Deleted {
+		verb = "deleting"
+	}
+	if c.Namespace == "" {
+		return fmt.Sprintf("%s %s %s", verb, c.Kind, c.Name)
+	}
+	return fmt.Sprintf("%s %s %s/%s", verb, c.Kind, c.Namespace, c.Name)
+}
+
+func (c *RBACChange) isBinding() bool {
+	return c.Kind == gvkRoleBinding.Kind || c.Kind == gvkClusterRoleBinding.Kind
+}
+
+func (c *RBACChange) isRole() bool { return c.Kind == gvkRole.Kind || c.Kind == gvkClusterRole.Kind }
+
+// role is the role the change edits (role kinds only).
+func (c *RBACChange) role() (RoleKey, bool) {
+	if !c.isRole() {
+		return RoleKey{}, false
+	}
+	return RoleKey{Namespace: c.Namespace, Name: c.Name}, true
+}
+
+// DecodeRBACChange decodes a review's object and old object (raw JSON, newRaw empty on DELETE).
+func DecodeRBACChange(gvk schema.GroupVersionKind, namespace, name string, newRaw, oldRaw []byte, deleted bool) (*RBACChange, error) {
+	c := &RBACChange{Kind: gvk.Kind, Namespace: namespace, Name: name, Deleted: deleted}
+	if gvk == gvkClusterRole || gvk == gvkClusterRoleBinding {
+		c.Namespace = ""
+	}
+	decode := func(raw []byte, into any) error {
+		if len(raw) == 0 {
+			return errors.New("no object in the request")
+		}
+		return decodeInto(raw, into, gvk)
+	}
+	both := func(newObj, oldObj any) error {
+		if err := decode(oldRaw, oldObj); err != nil {
+			return fmt.Errorf("old object: %w", err)
+		}
+		if deleted {
+			return nil
+		}
+		if err := decode(newRaw, newObj); err != nil {
+			return fmt.Errorf("object: %w", err)
+		}
+		return nil
+	}
+	switch gvk {
+	case gvkRole:
+		var n, o rbacv1.Role
+		if err := both(&n, &o); err != nil {
+			return nil, err
+		}
+		c.OldRules, c.NewRules = o.Rules, n.Rules
+		c.fillName(o.Name)
+	case gvkClusterRole:
+		var n, o rbacv1.ClusterRole
+		if err := both(&n, &o); err != nil {
+			return nil, err
+		}
+		c.OldRules, c.NewRules = o.Rules, n.Rules
+		c.fillName(o.Name)
+	case gvkRoleBinding:
+		var n, o rbacv1.RoleBinding
+		if err := both(&n, &o); err != nil {
+			return nil, err
+		}
+		o.Namespace, n.Namespace, o.Name, n.Name = c.Namespace, c.Namespace, orName(c.Name, o.Name), orName(c.Name, o.Name)
+		ob := BindingOfRoleBinding(&o)
+		c.OldBinding = &ob
+		if !deleted {
+			nb := BindingOfRoleBinding(&n)
+			c.NewBinding = &nb
+		}
+		c.fillName(o.Name)
+	case gvkClusterRoleBinding:
+		var n, o rbacv1.ClusterRoleBinding
+		if err := both(&n, &o); err != nil {
+			return nil, err
+		}
+		o.Name, n.Name = orName(c.Name, o.Name), orName(c.Name, o.Name)
+		ob := BindingOfClusterRoleBinding(&o)
+		c.OldBinding = &ob
+		if !deleted {
+			nb := BindingOfClusterRoleBinding(&n)
+			c.NewBinding = &nb
+		}
+		c.fillName(o.Name)
+	case gvkServiceAccount:
+		var n, o corev1.ServiceAccount
+		if err := both(&n, &o); err != nil {
+			return nil, err
+		}
+		c.NewAutomount = n.AutomountServiceAccountToken
+		c.fillName(o.Name)
+	default:
+		return nil, fmt.Errorf("%w: %s", ErrUnknownKind, gvk)
+	}
+	if c.Name == "" {
+		return nil, errors.New("the object has no name")
+	}
+	return c, nil
+}
+
+func (c *RBACChange) fillName(n string) {
+	if c.Name == "" {
+		c.Name = n
+	}
+}
+
+func orName(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// view is the RBAC state before (after=false) or after the change, over the facts.
+func (c *RBACChange) view(f *Facts, after bool) RBACView {
+	scope := c.Namespace // a RoleBinding's; "" for a ClusterRoleBinding
+	return RBACView{
+		Bindings: func(s string) (BindingsFact, bool) {
+			bs, ok := f.Bindings[s]
+			if !ok || bs.Err != nil || !c.isBinding() || s != scope {
+				return bs, ok
+			}
+			items := slices.DeleteFunc(slices.Clone(bs.Items), func(b Binding) bool { return b.Name == c.Name })
+			b := c.OldBinding
+			if after {
+				b = c.NewBinding
+			}
+			if b != nil {
+				items = append(items, *b)
+			}
+			return BindingsFact{Items: items}, true
+		},
+		Role: func(k RoleKey) (RoleFact, bool) {
+			if key, ok := c.role(); ok && key == k {
+				switch {
+				case !after:
+					return RoleFact{Rules: c.OldRules}, true
+				case c.Deleted:
+					return RoleFact{NotFound: true}, true
+				default:
+					return RoleFact{Rules: c.NewRules}, true
+				}
+			}
+			r, ok := f.Roles[k]
+			return r, ok
+		},
+	}
+}
+
+// lost reports whether the change takes away the access of check that the RBAC authorizer grants
+// now: granted before it, not after. An error means the guard could not tell.
+func (c *RBACChange) lost(f *Facts, check AccessCheck) (bool, error) {
+	if !c.isBinding() && !c.isRole() {
+		return false, nil
+	}
+	before, err := c.view(f, false).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
+	if err != nil && !before {
+		return false, err
+	}
+	if !before {
+		return false, nil // granted by something else (another authorizer), or not at all: untouched
+	}
+	after, err := c.view(f, true).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
+	if err != nil && !after {
+		return false, err
+	}
+	return !after, nil
+}
+
+// apply returns the facts as the writer w will meet them after the change: access that the change
+// takes away refused, access the guard cannot judge unverified, and the ServiceAccount as it will
+// be. The facts themselves are not changed.
+func (c *RBACChange) apply(f *Facts, w *Workload) *Facts {
+	out := *f
+	if c.isBinding() || c.isRole() {
+		out.Access = make(map[AccessCheck]AccessFact, len(f.Access))
+		for check, a := range f.Access {
+			if a.Err == nil && a.Allowed {
+				switch lost, err := c.lost(f, check); {
+				case err != nil:
+					a = AccessFact{Err: fmt.Errorf("could not tell what %s leaves of it: %w", c, err)}
+				case lost:
+					a = AccessFact{Reason: c.String() + " removes it"}
+				}
+			}
+			out.Access[check] = a
+		}
+	}
+	if c.Kind == gvkServiceAccount.Kind && w != nil && c.Namespace == w.Namespace {
+		if sa, ok := f.ServiceAccounts[c.Name]; ok {
+			out.ServiceAccounts = make(map[string]ServiceAccountFact, len(f.ServiceAccounts))
+			for k, v := range f.ServiceAccounts {
+				out.ServiceAccounts[k] = v
+			}
+			if c.Deleted {
+				sa = ServiceAccountFact{NotFound: true}
+			} else {
+				sa.AutomountToken = c.NewAutomount
+			}
+			out.ServiceAccounts[c.Name] = sa
+		}
+	}
+	return &out
+}
+
+// needs asks for the RBAC state the overlay reads for every access the writer has now.
+func (c *RBACChange) needs(f *Facts, b *queryBuilder) {
+	if !c.isBinding() && !c.isRole() {
+		return
+	}
+	for check, a := range f.Access {
+		if a.Err != nil || !a.Allowed {
+			continue
+		}
+		b.bindings("")
+		b.bindings(check.Namespace)
+		for _, after := range []bool{false, true} {
+			for _, k := range c.view(f, after).neededRoles(check.ServiceAccount, "", check.Namespace) {
+				b.role(k)
+			}
+		}
+	}
+}
+
+// AccountSelector selects ServiceAccounts: Namespace "" is every namespace, Name "" every account
+// of the namespace (what a group subject grants).
+type AccountSelector struct {
+	Namespace, Name string
+}
+
+// selectorOf is the ServiceAccounts a subject names, if any (RBAC's appliesToUser for the
+// identities of ServiceAccount tokens).
+func selectorOf(s rbacv1.Subject, bindingNamespace string) (AccountSelector, bool) {
+	switch s.Kind {
+	case rbacv1.ServiceAccountKind:
+		ns := bindingNamespace
+		if s.Namespace != "" {
+			ns = s.Namespace
+		}
+		return AccountSelector{Namespace: ns, Name: s.Name}, ns != ""
+	case rbacv1.UserKind:
+		rest, ok := strings.CutPrefix(s.Name, "system:serviceaccount:")
+		if !ok {
+			return AccountSelector{}, false
+		}
+		ns, name, ok := strings.Cut(rest, ":")
+		return AccountSelector{Namespace: ns, Name: name}, ok && ns != "" && name != ""
+	case rbacv1.GroupKind:
+		switch {
+		case s.Name == "system:serviceaccounts" || s.Name == "system:authenticated":
+			return AccountSelector{}, true
+		case strings.HasPrefix(s.Name, "system:serviceaccounts:"):
+			return AccountSelector{Namespace: strings.TrimPrefix(s.Name, "system:serviceaccounts:")}, true
+		}
+	}
+	return AccountSelector{}, false
+}
+
+// removedSubjects are the subjects of the old binding that the new one no longer has (all of them
+// on a delete).
+func (c *RBACChange) removedSubjects() []rbacv1.Subject {
+	if c.OldBinding == nil {
+		return nil
+	}
+	if c.NewBinding == nil || c.NewBinding.RoleRef != c.OldBinding.RoleRef {
+		return c.OldBinding.Subjects
+	}
+	var out []rbacv1.Subject
+	for _, s := range c.OldBinding.Subjects {
+		if !slices.ContainsFunc(c.NewBinding.Subjects, func(n rbacv1.Subject) bool {
+			return n.Kind == s.Kind && n.Name == s.Name && orName(n.Namespace, c.Namespace) == orName(s.Namespace, c.Namespace)
+		}) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// AffectedNeeds is the lookup that tells which accounts the change can touch: the role a binding
+// names, or the bindings that name a role (scopes: the namespaces whose RoleBindings may name a
+// ClusterRole, "*" for every namespace).
+func (c *RBACChange) AffectedNeeds(f *Facts, clusterRoleScopes []string) Query {
+	b := newQueryBuilder(f, c.Namespace)
+	switch {
+	case c.isBinding():
+		if len(c.removedSubjects()) > 0 {
+			if k, ok := c.OldBinding.roleOf(); ok {
+				b.role(k)
+			}
+		}
+	case c.isRole() && rulesMayGrantLeases(c.OldRules):
+		if c.Namespace != "" {
+			b.bindings(c.Namespace)
+		} else {
+			b.bindings("")
+			for _, s := range clusterRoleScopes {
+				b.bindings(s)
+			}
+		}
+	}
+	return b.query()
+}
+
+// Affected lists the accounts whose lease access or token the change can take away, from the facts
+// AffectedNeeds asked for. A role that grants no lease verb, a binding of such a role and a binding
+// that loses no subject touch nobody.
+func (c *RBACChange) Affected(f *Facts, clusterRoleScopes []string) ([]AccountSelector, error) {
+	var out []AccountSelector
+	add := func(s rbacv1.Subject, ns string) {
+		if sel, ok := selectorOf(s, ns); ok && !slices.Contains(out, sel) {
+			out = append(out, sel)
+		}
+	}
+	switch {
+	case c.Kind == gvkServiceAccount.Kind:
+		if c.Deleted || (c.NewAutomount != nil && !*c.NewAutomount) {
+			out = append(out, AccountSelector{Namespace: c.Namespace, Name: c.Name})
+		}
+	case c.isBinding():
+		removed := c.removedSubjects()
+		if len(removed) == 0 {
+			return nil, nil
+		}
+		k, ok := c.OldBinding.roleOf()
+		if !ok {
+			return nil, nil
+		}
+		role, ok := f.Roles[k]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%s: %w", k, errNotLookedUp)
+		case role.NotFound:
+			return nil, nil
+		case role.Err != nil:
+			return nil, role.Err
+		case !rulesMayGrantLeases(role.Rules):
+			return nil, nil
+		}
+		for _, s := range removed {
+			add(s, c.Namespace)
+		}
+	case c.isRole():
+		if !rulesMayGrantLeases(c.OldRules) {
+			return nil, nil
+		}
+		scopes := []string{c.Namespace}
+		if c.Namespace == "" {
+			scopes = append([]string{""}, clusterRoleScopes...)
+		}
+		for _, scope := range scopes {
+			bs, ok := f.Bindings[scope]
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("the bindings of %q: %w", scope, errNotLookedUp)
+			case bs.Err != nil:
+				return nil, bs.Err
+			}
+			for _, b := range bs.Items {
+				if k, ok := b.roleOf(); ok && k == (RoleKey{Namespace: c.Namespace, Name: c.Name}) {
+					for _, s := range b.Subjects {
+						add(s, b.Namespace)
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,64 @@
+package webhook
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DecideRBACChange is the policy for an RBAC or ServiceAccount change, for one guarded object w
+// that runs as an account the change touches (Input.Object, Old the same, RBACChange set): pure,
+// like Decide. The rule: a change that turns an armed object meeting every requirement into one
+// that does not is refused — deleting or unbinding its ServiceAccount, Role or RoleBinding, a
+// ClusterRole(Binding) it is granted by, a Role edit that drops a lease verb or resourceName it
+// needs, or turning off its ServiceAccount's token. An object the guard cannot verify now refuses
+// the change too (could not verify); one that already fails for its own reasons does not hold
+// every unrelated RBAC change hostage (admitted, with a warning).
+func DecideRBACChange(in Input, f *Facts, p Policy) Decision {
+	before := in
+	before.RBACChange = nil
+	b := Decide(before, f, p)
+	a := Decide(in, f, p)
+	if a.Allowed {
+		a.Warnings = nil // the object's own warnings were given at its admission
+		return a
+	}
+	if !b.Allowed && !b.unverified() {
+		return Decision{Allowed: true, Reason: ReasonNoOpinion, Subject: a.Subject,
+			Warnings: []string{truncate(fmt.Sprintf("%s already fails the guard's requirements (%s), so %s takes nothing from it.", b.Subject, b.Unmet[0].Problem, in.RBACChange), 240)}}
+	}
+	a.Warnings = nil
+	return a
+}
+
+// unverified reports whether a refusal says the guard could not judge, rather than what is unmet.
+func (d *Decision) unverified() bool {
+	for _, u := range d.Unmet {
+		switch u.Reason {
+		case ReasonCouldNotVerify, ReasonTooComplex, ReasonInternalError:
+			return true
+		}
+	}
+	return false
+}
+
+// DisarmMessage is the refusal of an RBAC change: what it would take from which armed objects,
+// and the removal order (the reverse of arming) that lets it through.
+func DisarmMessage(c *RBACChange, denials []Decision) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "refusing to disarm: %s would leave %d armed writer(s) (%s=enforce) without what their election needs, and every token drops within a lease: ", c, len(denials), EnvFencing)
+	for i, d := range denials {
+		if i == maxListed {
+			fmt.Fprintf(&b, "\n... and %d more", len(denials)-maxListed)
+			break
+		}
+		fmt.Fprintf(&b, "\n%s:", d.Subject)
+		for j, u := range d.Unmet {
+			if j == maxListed {
+				break
+			}
+			fmt.Fprintf(&b, " [%d] %s", j+1, u.Problem)
+		}
+	}
+	fmt.Fprintf(&b, "\nRemove in the reverse order of arming: first set %s=shadow (or off) on these writers and wait for their rollout to finish, then remove the RBAC (the ServiceAccount last).", EnvFencing)
+	return b.String()
+}

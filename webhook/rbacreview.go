@@ -1,0 +1,134 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// handleRBAC judges an UPDATE or DELETE of a Role, RoleBinding, ClusterRole, ClusterRoleBinding or
+// ServiceAccount (issue 17, "disarming is refused wherever it comes from"): kubectl, Helm, an apply
+// of `helm template` output and Argo CD all send the same request. It finds the accounts the change
+// can take something from (RBACChange.Affected: the removed subjects of a binding whose role grants
+// lease verbs, the subjects of every binding of a role that does, the ServiceAccount itself), the
+// guarded objects that run as them (Accounts, from the watches), and judges each with the facts as
+// the change leaves them (DecideRBACChange). Facts are read fresh: two removals in a row each see
+// the other's result.
+func (h *Handler) handleRBAC(ctx context.Context, req admission.Request, log logr.Logger, start time.Time) admission.Response {
+	gvk := schema.GroupVersionKind(req.Kind)
+	kind := gvk.Kind
+	deny := func(reason Reason, msg string) admission.Response {
+		h.Metrics.observe(kind, false, reason, time.Since(start))
+		log.Info("decision", "allowed", false, "reason", reason, "why", msg)
+		return admission.Denied(msg)
+	}
+	change, err := DecodeRBACChange(gvk, req.Namespace, req.Name, req.Object.Raw, req.OldObject.Raw, req.Operation == admissionv1.Delete)
+	if err != nil {
+		h.Metrics.observe(kind, false, ReasonMalformed, time.Since(start))
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed %s: %w", kind, err))
+	}
+	if c, ok := h.Accounts.(interface{ Covers(string) bool }); ok && change.Namespace != "" && !c.Covers(change.Namespace) {
+		return deny(ReasonCouldNotVerify, fmt.Sprintf("ehdb-election guard: could not verify %s: this webhook's watches do not cover namespace %s, which its configuration sends it", change, change.Namespace))
+	}
+	ctx, cancel := h.deadline(ctx)
+	defer cancel()
+
+	// Which accounts can the change touch?
+	facts := NewFacts(h.now())
+	lookups := 0
+	if q := change.AffectedNeeds(facts, h.ClusterRoleScopes); !q.Empty() {
+		lookups += q.Size()
+		facts.Merge(h.Resolver.Resolve(ctx, q))
+	}
+	accounts, err := change.Affected(facts, h.ClusterRoleScopes)
+	if err != nil {
+		return deny(ReasonCouldNotVerify, fmt.Sprintf("ehdb-election guard: could not verify %s: %v", change, err))
+	}
+	var users []*Workload
+	for _, sel := range accounts {
+		got, err := h.Accounts.UsersOf(sel)
+		if err != nil {
+			return deny(ReasonCouldNotVerify, fmt.Sprintf("ehdb-election guard: could not tell which workloads run as the accounts %s touches: %v", change, err))
+		}
+		for _, w := range got {
+			if mayArm(w) && !slices.ContainsFunc(users, func(u *Workload) bool { return u.Kind == w.Kind && u.Namespace == w.Namespace && u.Name == w.Name }) {
+				users = append(users, w)
+			}
+		}
+	}
+	users = judgedThroughController(users)
+
+	var denials []Decision
+	var warnings []string
+	judged := 0
+	for _, w := range users {
+		if ctx.Err() != nil {
+			denials = append(denials, Decision{Subject: "the remaining writers", Reason: ReasonCouldNotVerify,
+				Unmet: []Unmet{{Reason: ReasonCouldNotVerify, Problem: "the review's deadline passed before every writer was judged; retry."}}})
+			break
+		}
+		if judged == maxReaders {
+			denials = append(denials, Decision{Subject: change.String(), Reason: ReasonTooComplex,
+				Unmet: []Unmet{{Reason: ReasonTooComplex, Problem: fmt.Sprintf("%d guarded objects that may be armed run as the accounts it touches; the guard judges at most %d per change.", len(users), maxReaders)}}})
+			break
+		}
+		judged++
+		in := Input{Operation: admissionv1.Update, Object: w, Old: w, RBACChange: change, Budget: NewBudget(h.WorkBudget)}
+		load := newReviewLoad(start, w)
+		d, n := evaluateRBAC(withReviewLoad(ctx, load), h.Resolver, in, h.Policy, h.now())
+		load.release()
+		lookups += n
+		warnings = append(warnings, d.Warnings...)
+		if !d.Allowed {
+			denials = append(denials, d)
+		}
+	}
+	log.Info("decision", "allowed", len(denials) == 0, "change", change.String(), "accounts", len(accounts), "writers", len(users), "judged", judged, "lookups", lookups, "tookMs", time.Since(start).Milliseconds())
+	if len(warnings) > maxListed {
+		warnings = warnings[:maxListed]
+	}
+	if len(denials) == 0 {
+		if h.Invalidate != nil {
+			h.Invalidate()
+		}
+		h.Metrics.observe(kind, true, ReasonNoOpinion, time.Since(start))
+		return admission.Allowed("").WithWarnings(warnings...)
+	}
+	h.Metrics.observe(kind, false, denials[0].Reason, time.Since(start))
+	return admission.Denied(DisarmMessage(change, denials)).WithWarnings(warnings...)
+}
+
+// evaluateRBAC is Evaluate for one writer under an RBAC change: the same rounds of lookups (plus
+// the RBAC state the overlay reads), then DecideRBACChange.
+func evaluateRBAC(ctx context.Context, r Resolver, in Input, p Policy, now time.Time) (Decision, int) {
+	facts := NewFacts(now)
+	lookups := 0
+	for round := 0; round < maxRounds+2 && ctx.Err() == nil; round++ {
+		q := Needs(in, facts, p)
+		if q.Empty() {
+			break
+		}
+		lookups += q.Size()
+		facts.Merge(r.Resolve(ctx, q))
+	}
+	return DecideRBACChange(in, facts, p), lookups
+}
+
+// mayArm is the chart's matchCondition for pod templates (cel.podSpecMayArm): a container sets
+// the fencing variable or reads envFrom. Nothing else can be armed, so nothing else is judged.
+func mayArm(w *Workload) bool {
+	for _, c := range containerSources(w) {
+		if len(c.envFrom) > 0 || slices.ContainsFunc(c.env, func(e corev1.EnvVar) bool { return e.Name == EnvFencing }) {
+			return true
+		}
+	}
+	return false
+}

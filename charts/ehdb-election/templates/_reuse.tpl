@@ -16,6 +16,8 @@ writer:
   rbac:
     aggregateToView: true
 webhook:
+  failurePolicy:
+    clusterRBAC: Ignore
   hostNetwork: false
   dnsPolicy: ""
   revisionHistoryLimit: 5

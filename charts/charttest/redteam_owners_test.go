@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"context"
+	"k8s.io/client-go/util/retry"
 	"testing"
 	"time"
 
@@ -60,12 +61,17 @@ func TestRedTeamOwnerExemptions(t *testing.T) {
 		if _, err := writer.CoordinationV1().Leases(rt.ns).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		got, err := deployments.Get(ctx, "armed", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got.Spec.Paused = false
-		if _, err := deployments.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		// The Deployment controller writes its status meanwhile: a conflict is retried, a refusal is not.
+		var got *appsv1.Deployment
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var err error
+			if got, err = deployments.Get(ctx, "armed", metav1.GetOptions{}); err != nil {
+				return err
+			}
+			got.Spec.Paused = false
+			_, err = deployments.Update(ctx, got, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatalf("unpausing (armed before and after, no shard added): %v", err)
 		}
 		waitFor(t, 60*time.Second, "the Deployment controller's ReplicaSet admitted", func(ctx context.Context) (bool, error) {

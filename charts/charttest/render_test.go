@@ -578,13 +578,13 @@ func TestOptionsReachTheDeployment(t *testing.T) {
 
 func TestWebhookConfiguration(t *testing.T) {
 	cases := []struct {
-		name             string
-		values           map[string]any
-		workloads, pods  admissionregistrationv1.FailurePolicyType
-		timeout          int32
-		excluded         []string
-		injectCAFrom     string
-		guarded          []string // the namespaces an `In` term limits the guard to; nil = no such term
+		name            string
+		values          map[string]any
+		workloads, pods admissionregistrationv1.FailurePolicyType
+		timeout         int32
+		excluded        []string
+		injectCAFrom    string
+		guarded         []string // the namespaces an `In` term limits the guard to; nil = no such term
 	}{
 		{"defaults", nil, "Fail", "Ignore", 5, []string{"kube-system"}, "", []string{testNS}},
 		{"permissive", mustValuesFile(t, "ci/permissive-values.yaml"), "Ignore", "Ignore", 30, nil, "", []string{testNS}},

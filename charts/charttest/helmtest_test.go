@@ -25,7 +25,10 @@ func testHooks(t *testing.T, hooks []*unstructured.Unstructured) (objs []*unstru
 			objs = append(objs, h)
 		}
 	}
-	weight := func(o *unstructured.Unstructured) int { n, _ := strconv.Atoi(o.GetAnnotations()["helm.sh/hook-weight"]); return n }
+	weight := func(o *unstructured.Unstructured) int {
+		n, _ := strconv.Atoi(o.GetAnnotations()["helm.sh/hook-weight"])
+		return n
+	}
 	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int { return weight(a) - weight(b) })
 	for _, o := range objs {
 		if o.GetKind() == "Pod" {

@@ -39,6 +39,10 @@
 //     the absence (or the DELETED event) and the start of the watch. Two reads that both find no
 //     Lease say nothing of a create and delete between them, so a process whose watch is down never
 //     recreates a Lease it saw exist (a liveness cost, in a case the lease guard refuses anyway).
+//     And a read that finds the Lease gone while the watch still shows it counts only from the
+//     watch's DELETED event: the writes before the delete (a takeover with a longer duration) are
+//     still on their way down the stream, which delivers every change in order. A stream that
+//     never delivers it holds the create back until the stream ends and a new one begins.
 //   - renewTime or holderIdentity edited: the record is timed like any record that changed, from
 //     when it was first seen, on the candidate's monotonic clock.
 //   - An epoch at its limit (2^31−1, which only an edit can reach) stops the shard's elections: it
@@ -57,25 +61,31 @@
 //
 // # What it does not guarantee
 //
-// Each case below is a name the package's simulation uses for the only overlaps it excuses.
+// Each case below is a name the package's simulation uses for the only overlaps it excuses. An
+// overlap that begins in one of them goes on through the holdings that follow from it at once: the
+// same process's next holding, taken while its token was valid (a create after a deletion it saw
+// while holding), and a holding taken at once from the release of one.
 //
 //   - never-seen: a process that never saw the Lease exist cannot know the epochs before a
 //     deletion: it creates the Lease at once, with epoch 1 (or above what it saw), and may overlap
-//     a holder whose Lease was deleted under it. Deletion is the cluster's to refuse: the chart's
-//     lease guard forbids it.
-//   - create-delete-unseen: someone else's holding — begun by a create or by an update of a
-//     released record — and the Lease's deletion after it, all while this process could not see
-//     them (before its watch began, or between two of its watches), when that holder's duration is
-//     longer than any this process believes in; or a create-then-delete whose watch events were
-//     still in flight when this process sent its own create. A create cannot be made conditional
-//     on "never existed", and no process can know a duration it never saw; only a cluster that
-//     refuses deletes closes it.
+//     a holder whose Lease was deleted under it — and so may a process that takes over from it,
+//     having timed only its record and never seen the older one. Deletion is the cluster's to
+//     refuse: the chart's lease guard forbids it.
+//   - create-delete-unseen: someone else's holding and the Lease's deletion after it, both while
+//     this process could not see them (before its watch began, or between two of its watches),
+//     when that holder's duration is longer than any this process believes in; or such a holding
+//     and deletion whose watch events were still on their way when this process sent its own
+//     create — a create-then-delete, or a write after its stream began when it had seen nothing
+//     on that stream yet (a read found the Lease gone; nothing tells it the stream is behind). A
+//     create cannot be made conditional on "never existed", and no process can know a duration it
+//     never saw; only a cluster that refuses deletes closes it.
 //   - vm-freeze: a freeze that stops every clock of the holder's machine (a paused VM whose
 //     kvmclock stands still) cannot be seen from inside: on resume the holder reports a valid token
 //     for the rest of its lease, next to a successor. The fence's epoch check closes it — the
 //     successor's writes carry a higher epoch — and nothing on the client can.
-//   - impersonation: anyone who can write the Lease can impersonate a release (blank the holder),
-//     a holder, or a shorter duration that a candidate which never saw the real one trusts; no
+//   - impersonation: anyone who can write the Lease can impersonate a release (blank the holder:
+//     the holding whose record it blanks may overlap whoever takes the release), a holder, or a
+//     shorter duration that a candidate which never saw the real one trusts; no
 //     client-side algorithm can tell such a write from the real one. The lease guard admits writes
 //     to ehdb-shard-* Leases from the writer's ServiceAccount only, keeps leaseTransitions moving by
 //     0 or +1, and refuses a shorter duration over a record that is not released.

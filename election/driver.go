@@ -216,13 +216,16 @@ func (e *Election) ours(rec *coordinationv1.Lease, now time.Time) bool {
 // An absence counts only under an unbroken watch, from the later of its first sighting and the
 // watch's start: two reads that both find no Lease say nothing of a create and delete between
 // them, and someone else's holding could have begun there. A create before the watch began ends
-// its holder's token within one lease of it, which the wait covers.
+// its holder's token within one lease of it, which the wait covers. And a read that finds the
+// Lease gone while the watch still shows it counts only once the watch's DELETED event arrives:
+// the writes before the delete (a takeover with a longer duration) are still on their way down
+// the stream, and the wait must cover them.
 func (e *Election) mayCreate() bool {
 	d := &e.d
 	if !d.everSeen || d.absentOurs && e.fresh(e.clock.Now(), d.lastSend, d.lastBoot) {
 		return true
 	}
-	return d.watching && e.clock.Since(d.absenceTimedFrom()) > d.absentWait
+	return d.watching && !d.absentUnheard && e.clock.Since(d.absenceTimedFrom()) > d.absentWait
 }
 
 // absenceTimedFrom is where the timing of an absence starts: its first sighting, or the start of
@@ -329,7 +332,8 @@ func (e *Election) see(l *coordinationv1.Lease) {
 		}
 	}
 	e.remember(l)
-	d.rec, d.known, d.stale, d.ownWrite = l, true, false, false
+	d.rec, d.known, d.stale, d.ownWrite, d.absentUnheard = l, true, false, false, false
+	d.recUnderStream = d.watching
 }
 
 // remember keeps what a record tells about the past: its epoch (epochs never go backwards) and its
@@ -374,6 +378,11 @@ func (e *Election) seeAbsent(deleted *coordinationv1.Lease) {
 	if first {
 		d.absentOurs = d.holds && e.fresh(now, d.lastSend, d.lastBoot)
 	}
+	// A read's absence of a Lease the watch still shows waits for the watch to say so (mayCreate).
+	// Only for a record seen after the current stream began: the stream is then at or before
+	// that record, so the deletion after it comes down the stream. A stream that began after we
+	// last saw the Lease may have begun after the deletion (that absence is timed from its start).
+	d.absentUnheard = deleted == nil && (d.absentUnheard || first && d.rec != nil && d.watching && d.recUnderStream)
 	d.rec, d.known, d.stale, d.ownWrite = nil, true, false, false
 }
 
@@ -580,8 +589,10 @@ func (e *Election) takeoverDelay() time.Duration {
 		if e.mayCreate() {
 			return 0
 		}
-		if !d.watching {
-			return e.cfg.RenewInterval // an absence counts only under a watch: wait for one
+		if !d.watching || d.absentUnheard {
+			// An absence counts only under a watch, and from its DELETED event once the watch
+			// still showed the Lease: wait for them (or the next poll).
+			return e.cfg.RenewInterval
 		}
 		return d.absentWait - e.clock.Since(d.absenceTimedFrom()) + time.Microsecond
 	case holder == "":

@@ -154,6 +154,12 @@ type driver struct {
 	absentSince time.Time
 	absentWait  time.Duration
 	absentOurs  bool // we held a valid token as we learned of the absence (see mayCreate)
+	// absentUnheard: a read found the Lease gone that the watch still shows existing; the
+	// absence is timed only from the DELETED event, which follows every write before the delete.
+	absentUnheard bool
+	// recUnderStream: rec was seen after the current watch stream began (by the stream, a read
+	// or our own write), so the stream will carry the record's deletion.
+	recUnderStream bool
 	// longest is the longest leaseDurationSeconds seen on the Lease since the last release seen.
 	longest time.Duration
 	// ownRV is the resourceVersion of the record our last successful write produced (or that ours

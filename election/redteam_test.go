@@ -415,3 +415,67 @@ func TestRT1ClockRateBoundaryFake(t *testing.T) {
 		t.Logf("rate %v: c took over at holder time %v", rate, hc.Now().Sub(t0))
 	}
 }
+
+// ---------------------------------------------------------------------------------------------
+// Found by the simulation (seed 1796130063626759777, once its model of the lease guard was the
+// chart's): a read that finds the Lease gone while the watch still carries the writes before the
+// deletion. b (10 s) watches; its stream lags. w (10 s) created the Lease and died; h (30 s) times
+// w's record and takes it over, writing 30 s; then the Lease is deleted. b's takeover of w's
+// record 409s, its read finds no Lease, and — its watch unbroken — it timed that absence for its
+// own 10 s and created, with h's epoch, while h's token was valid: the events that carried h's
+// 30 s were still on their way. A deletion counts from the watch's DELETED event (which follows
+// every write before it), not from a read.
+func attackLaggingDeletion(t *testing.T, inner LeaseStore, del deleter, watcher LeaseWatcher, clk *clocktesting.FakeClock, ns string) {
+	const short, long, renew = 10 * time.Second, 30 * time.Second, 3 * time.Second
+	ctx := context.Background()
+	w := inNS(newSync(t, inner, clk, NewIdentity("w"), short, renew), ns)
+	h := inNS(newSync(t, inner, clk, NewIdentity("h"), long, renew), ns)
+	b := inNS(newSync(t, inner, clk, NewIdentity("b"), short, renew), ns)
+
+	mustRound(w) // w creates, epoch 1, 10 s; then w dies
+	bw := openLag(t, watcher)
+	b.handle(watchMsg{started: true})
+	bw.take(1)
+	bw.deliver(b)                         // ADDED (w)
+	mustRound(b)                          // held by w
+	mustRound(h)                          // held by w
+	clk.Step(long + 100*time.Millisecond) // h waits out the longest it believes in, its own 30 s
+	mustRound(h)                          // and takes over: epoch 2, 30 s
+	if tok := h.Token(); !tok.Valid || tok.Epoch != 2 {
+		t.Fatalf("h: %+v", tok)
+	}
+	clk.Step(100 * time.Millisecond)
+	if err := del.Delete(ctx, testLease); err != nil {
+		t.Fatal(err)
+	}
+	bw.take(2)   // h's takeover and the deletion, still undelivered
+	mustRound(b) // times w's record out: a takeover that 409s (or finds it gone)
+	mustRound(b) // reads: absent
+	clk.Step(short + 100*time.Millisecond)
+	mustRound(b)
+	bothValid(t, "b after its own 10 s of a read absence", b, h)
+
+	// The stream catches up: b learns of h's 30 s and times the deletion from its event.
+	bw.deliver(b)
+	clk.Step(short + 100*time.Millisecond)
+	mustRound(b)
+	bothValid(t, "b after the deletion's event and 10 s more", b, h)
+	if b.Token().Valid {
+		t.Errorf("b acquired %v after the deletion's event, before h's 30 s", b.Token())
+	}
+	clk.Step(long)
+	mustRound(b)
+	if tok := b.Token(); !tok.Valid || h.Token().Valid {
+		t.Errorf("after h's 30 s: b %+v, h %+v; want b alone valid (liveness)", tok, h.Token())
+	}
+}
+
+func TestALaggingWatchHidesNoDurationBeforeADeletionFake(t *testing.T) {
+	mem := fake.NewLeaseStore()
+	attackLaggingDeletion(t, mem, mem, mem, clocktesting.NewFakeClock(t0), "")
+}
+
+func TestALaggingWatchHidesNoDurationBeforeADeletionKube(t *testing.T) {
+	s, d, w, ns := kubeStores(t)
+	attackLaggingDeletion(t, s, d, w, clocktesting.NewFakeClock(t0), ns)
+}

@@ -103,10 +103,13 @@ func (s *sim) loopStep() {
 		}
 	case r < 975: // an old event shown again
 		p := s.pick(live, func(p *simProc) bool { return p.sw != nil && p.sw.next == nil && !p.paused })
-		if p == nil || len(s.history) == 0 {
+		if p == nil {
 			break
 		}
-		ev := s.history[s.rng.Intn(len(s.history))]
+		ev, ok := s.oldEvent(p)
+		if !ok {
+			break
+		}
 		s.faults["replay"]++
 		s.logf("p%d is shown an old %s (rv %s)", p.n, ev.Type, ev.Object.(*coordinationv1.Lease).ResourceVersion)
 		p.sw.next = &ev

@@ -64,13 +64,13 @@ func (s *sim) startWatch(p *simProc) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	p.w, p.watchFrom = w, s.clk.Now()
+	p.w, p.watchFrom, p.watchSeq = w, s.clk.Now(), s.moment()
 	s.run(p, func() { p.e.handle(watchMsg{started: true}) })
 }
 
 func (s *sim) stopWatch(p *simProc) {
 	p.w.Stop()
-	p.w, p.watchFrom = nil, time.Time{}
+	p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 	s.run(p, func() { p.e.handle(watchMsg{ended: true}) })
 }
 
@@ -119,7 +119,11 @@ func (s *sim) step() {
 			s.run(p, func() { p.e.round(context.Background()) })
 		}
 	case r < 945: // pause or resume
-		if p := s.pick(live, func(p *simProc) bool { return !p.clk.isSuspended() && !p.clk.isFrozen() }); p != nil {
+		p := s.pick(live, func(p *simProc) bool { return !p.clk.isSuspended() && !p.clk.isFrozen() })
+		if q := s.pick(live, s.pausable); q != nil && s.rng.Intn(2) == 0 {
+			p = q
+		}
+		if p != nil {
 			p.paused = !p.paused
 			s.logf("p%d paused=%v", p.n, p.paused)
 		}
@@ -139,10 +143,13 @@ func (s *sim) step() {
 		}
 	case r < 975: // an old event shown again (a replay across a reconnect, out of order)
 		p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused })
-		if p == nil || len(s.history) == 0 {
+		if p == nil {
 			return
 		}
-		ev := s.history[s.rng.Intn(len(s.history))]
+		ev, ok := s.oldEvent(p)
+		if !ok {
+			return
+		}
 		s.faults["replay"]++
 		s.logf("p%d is shown an old %s (rv %s)", p.n, ev.Type, ev.Object.(*coordinationv1.Lease).ResourceVersion)
 		s.handleEvent(p, ev)
@@ -151,11 +158,15 @@ func (s *sim) step() {
 			s.crash(p)
 		}
 	case r < 990: // a graceful shutdown, from any state
-		if p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused }); p != nil {
+		p := s.pick(live, func(p *simProc) bool { return p.op == nil && !p.paused })
+		if q := s.pick(live, s.namedNotHolding); q != nil && s.rng.Intn(2) == 0 {
+			p = q
+		}
+		if p != nil {
 			p.done = true
 			if p.w != nil {
 				p.w.Stop()
-				p.w, p.watchFrom = nil, time.Time{}
+				p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 			}
 			s.faults["release (valid token)"] += map[bool]int{true: 1}[p.e.Token().Valid]
 			s.faults["release (no valid token)"] += map[bool]int{false: 1}[p.e.Token().Valid]
@@ -217,7 +228,7 @@ func (s *sim) crash(p *simProc) {
 	p.clk.setSuspended(false)
 	if p.w != nil {
 		p.w.Stop()
-		p.w, p.watchFrom = nil, time.Time{}
+		p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 	}
 	if p.sw != nil {
 		p.sw.Stop()
@@ -266,7 +277,7 @@ func (s *sim) nextEvent(p *simProc) (watch.Event, bool) {
 	select {
 	case ev, ok := <-p.w.ResultChan():
 		if !ok {
-			p.w, p.watchFrom = nil, time.Time{}
+			p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 			s.run(p, func() { p.e.handle(watchMsg{ended: true}) })
 			return watch.Event{}, false
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,10 +32,12 @@ func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Leas
 	s.noteAbsence(p)
 	s.mu.Lock()
 	watchFrom := p.watchFrom // the watch goroutine sets it
+	underStream := p.watchSeq > 0 && p.shownSeq > p.watchSeq
+	moment := s.moments
 	s.mu.Unlock()
 	op := &simOp{p: p, what: what, issued: s.clk.Now(), req: req, apply: f, resp: make(chan simResult, 1),
 		blind: what == "create" && !p.e.d.everSeen, timerFrom: p.absentTrue, watchFrom: watchFrom,
-		sawN: len(p.sawList), handled: p.e.watchEvents.Load(), waited: p.e.believed(p.e.d.rec)}
+		sawN: len(p.sawList), handled: p.e.watchEvents.Load(), waited: p.e.believed(p.e.d.rec), shownUnderStream: underStream, moment: moment}
 	switch {
 	case what == "create":
 		op.waited = p.e.d.absentWait
@@ -99,7 +102,7 @@ func (st simStore) Watch(ctx context.Context, name string) (watch.Interface, err
 	}
 	sw := &simWatch{s: s, p: p, inner: inner, ch: make(chan watch.Event)}
 	s.mu.Lock()
-	p.sw, p.watchFrom = sw, s.clk.Now()
+	p.sw, p.watchFrom, p.watchSeq = sw, s.clk.Now(), s.moment()
 	s.mu.Unlock()
 	return sw, nil
 }
@@ -124,7 +127,7 @@ func (w *simWatch) Stop() {
 	w.once.Do(func() { close(w.ch) })
 	w.s.mu.Lock()
 	if w.p.sw == w {
-		w.p.sw, w.p.watchFrom = nil, time.Time{}
+		w.p.sw, w.p.watchFrom, w.p.watchSeq = nil, time.Time{}, 0
 	}
 	w.s.mu.Unlock()
 }
@@ -140,11 +143,25 @@ func (s *sim) noteSeen(p *simProc, l *coordinationv1.Lease) {
 	if l != nil && !slices.Contains(p.sawList, l.UID) {
 		p.sawList = append(p.sawList, l.UID)
 	}
+	if l != nil {
+		s.mu.Lock()
+		p.newestRV = max(p.newestRV, rvNumber(l))
+		p.shownSeq = s.moment()
+		s.showHolding(p, l)
+		s.mu.Unlock()
+	}
 }
 
 func (s *sim) noteDelivered(p *simProc, ev watch.Event) {
 	if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Error && ev.Type != watch.Bookmark {
 		p.delivered = append(p.delivered, l.UID)
+		s.mu.Lock()
+		p.newestRV = max(p.newestRV, rvNumber(l))
+		if ev.Type != watch.Deleted {
+			p.shownSeq = s.moment()
+		}
+		s.showHolding(p, l)
+		s.mu.Unlock()
 	}
 }
 
@@ -171,4 +188,57 @@ func (s *sim) answerOne(answer func(*simProc, simResult)) *simProc {
 	}
 	answer(p, op.res)
 	return p
+}
+
+// moment numbers what the processes are shown and when their watches begin, in order (the true
+// clock may not move between two steps). Callers hold s.mu where process goroutines run.
+func (s *sim) moment() int {
+	s.moments++
+	return s.moments
+}
+
+// showHolding notes that p was shown a record of the holding l carries (its incarnation, holder
+// and epoch), first at this moment: from then on p knows that holding's duration.
+func (s *sim) showHolding(p *simProc, l *coordinationv1.Lease) {
+	k := holdingKey{l.UID, holderOf(l), epochOf(l)}
+	if _, ok := p.shownHoldings[k]; !ok {
+		p.shownHoldings[k] = s.moment()
+	}
+}
+
+type holdingKey struct {
+	uid    types.UID
+	holder string
+	epoch  uint64
+}
+
+// sawHolding says whether p had been shown a record of holding h when it sent op.
+func (op *simOp) sawHolding(h *simHolding) bool {
+	m, ok := op.p.shownHoldings[holdingKey{h.uid, h.op.p.e.identity, h.epoch}]
+	return ok && m <= op.moment
+}
+
+// oldEvent picks a change of the Lease to show p again: one no newer than the newest it was shown,
+// as a stream resumed after a reconnect may repeat (a duplicate, or an older one out of order).
+// A live stream never brings a change from before it began that the process had not seen — it
+// would carry every change after it too — so none is shown to a process that has seen none.
+func (s *sim) oldEvent(p *simProc) (watch.Event, bool) {
+	s.mu.Lock()
+	newest := p.newestRV
+	s.mu.Unlock()
+	var old []watch.Event
+	for _, ev := range s.history {
+		if rvNumber(ev.Object.(*coordinationv1.Lease)) <= newest {
+			old = append(old, ev)
+		}
+	}
+	if len(old) == 0 {
+		return watch.Event{}, false
+	}
+	return old[s.rng.Intn(len(old))], true
+}
+
+func rvNumber(l *coordinationv1.Lease) uint64 {
+	n, _ := strconv.ParseUint(l.ResourceVersion, 10, 64)
+	return n
 }

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -97,14 +99,17 @@ type simOp struct {
 	gone    bool // the caller stopped waiting (its context ended)
 
 	// What the sender knew as it sent (for the exact conditions of the non-guarantees).
-	blind     bool          // a create by a process that never saw the Lease exist
-	timerFrom time.Time     // true time the sender began timing the absence it acts on
-	watchFrom time.Time     // true time its unbroken watch began; zero: not watching
-	sawN      int           // how much of its sawList it had been shown
-	handled   uint64        // watch events its driver had handled
-	forged    bool          // an update on a record version an outsider blanked (a forged release)
-	prev      *simHolding   // the sender's own holding, still valid as it sent
-	waited    time.Duration // how long the sender waited out the record (or absence) it acts on
+	blind     bool      // a create by a process that never saw the Lease exist
+	timerFrom time.Time // true time the sender began timing the absence it acts on
+	watchFrom time.Time // true time its unbroken watch began; zero: not watching
+	sawN      int       // how much of its sawList it had been shown
+	handled   uint64    // watch events its driver had handled
+	// shownUnderStream: a record was shown to the sender after its current watch began.
+	shownUnderStream bool
+	moment           int           // sim.moment as it sent (for sawHolding)
+	forged           bool          // an update on a record version an outsider blanked (a forged release)
+	prev             *simHolding   // the sender's own holding, still valid as it sent
+	waited           time.Duration // how long the sender waited out the record (or absence) it acts on
 }
 
 // simHolding is one epoch a process minted: the write that took it.
@@ -133,6 +138,11 @@ type simProc struct {
 	sawList                 []types.UID // incarnations its answers showed it, in order
 	delivered               []types.UID // the incarnation of every watch event handed to the process, in order
 	watchFrom               time.Time   // true time its current watch began; zero: none
+	// watchSeq and shownSeq order (by sim.moment) the start of its current watch (0: none) and
+	// the last record it was shown, by an answer or a watch event.
+	watchSeq, shownSeq int
+	newestRV           uint64             // the newest resourceVersion it was shown
+	shownHoldings      map[holdingKey]int // the holdings it was shown, with the moment of the first sighting
 
 	// step mode
 	cmds chan func()
@@ -176,6 +186,7 @@ type sim struct {
 	failed   bool
 	failMsg  string
 	applied  int        // requests that reached the store
+	moments  int        // see moment
 	quiesced bool       // loop mode: the current step has waited for quiescence
 	mu       sync.Mutex // the parts process goroutines write in loop mode
 
@@ -234,7 +245,7 @@ func (s *sim) fail(format string, args ...any) {
 }
 
 func (s *sim) spawn() {
-	p := &simProc{n: len(s.procs), holdings: map[uint64]*simHolding{}, started: s.clk.Now()}
+	p := &simProc{n: len(s.procs), holdings: map[uint64]*simHolding{}, started: s.clk.Now(), shownHoldings: map[holdingKey]int{}}
 	p.cfg = s.configs[s.rng.Intn(len(s.configs))]
 	var offset time.Duration
 	rate := 1.0
@@ -618,38 +629,65 @@ func TestRandomizedSimulation(t *testing.T) {
 			steps = n
 		}
 	}
-	var acquired, taken, skipped, limit, runs, loops int
-	faults, excused, guard := map[string]int{}, map[string]int{}, map[string]int{}
-	for _, seed := range seeds {
-		var s *sim
-		loop := uint64(seed)%simLoopShare == 0
-		if m := os.Getenv("EHDB_SIM_MODE"); m != "" { // step or loop: every seed in one mode
-			loop = m == "loop"
+	// Seeds are independent: they run on every CPU (make sim's budget in wall time), one worker
+	// subtest per CPU taking seeds in turn, so a t.Fatal inside a run ends its own worker only.
+	var (
+		mu                                           sync.Mutex
+		acquired, taken, skipped, limit, runs, loops int
+		faults, excused, guard                       = map[string]int{}, map[string]int{}, map[string]int{}
+		next                                         int
+		stop                                         atomic.Bool
+	)
+	workers := min(runtime.GOMAXPROCS(0), len(seeds))
+	t.Run("seeds", func(t *testing.T) {
+		for w := 0; w < workers; w++ {
+			t.Run(fmt.Sprintf("worker-%d", w), func(t *testing.T) {
+				t.Parallel()
+				for !stop.Load() {
+					mu.Lock()
+					i := next
+					next++
+					mu.Unlock()
+					if i >= len(seeds) {
+						return
+					}
+					seed := seeds[i]
+					var s *sim
+					loop := uint64(seed)%simLoopShare == 0
+					if m := os.Getenv("EHDB_SIM_MODE"); m != "" { // step or loop: every seed in one mode
+						loop = m == "loop"
+					}
+					if loop {
+						synctest.Test(t, func(t *testing.T) { s = simulate(t, seed, steps, true) })
+					} else {
+						s = simulate(t, seed, steps, false)
+					}
+					if s.failMsg != "" {
+						t.Error(s.failMsg)
+					}
+					mu.Lock()
+					runs++
+					if loop {
+						loops++
+					}
+					acquired, taken, skipped, limit = acquired+s.acquired, taken+s.steps, skipped+s.skipped, limit+s.limit
+					for k, v := range s.faults {
+						faults[k] += v
+					}
+					for k, v := range s.excused {
+						excused[k] += v
+					}
+					for k, v := range s.guard {
+						guard[k] += v
+					}
+					mu.Unlock()
+					if t.Failed() && os.Getenv("EHDB_SIM_ALL") == "" { // EHDB_SIM_ALL=1: every seed, every failure
+						stop.Store(true)
+					}
+				}
+			})
 		}
-		if loop {
-			synctest.Test(t, func(t *testing.T) { s = simulate(t, seed, steps, true) })
-			loops++
-		} else {
-			s = simulate(t, seed, steps, false)
-		}
-		runs++
-		if s.failMsg != "" {
-			t.Error(s.failMsg)
-		}
-		acquired, taken, skipped, limit = acquired+s.acquired, taken+s.steps, skipped+s.skipped, limit+s.limit
-		for k, v := range s.faults {
-			faults[k] += v
-		}
-		for k, v := range s.excused {
-			excused[k] += v
-		}
-		for k, v := range s.guard {
-			guard[k] += v
-		}
-		if t.Failed() && os.Getenv("EHDB_SIM_ALL") == "" { // EHDB_SIM_ALL=1: every seed, every failure
-			break
-		}
-	}
+	})
 	t.Logf("%d runs (%d on the real driver loop), %d steps, %d acquisitions, %d liveness phases skipped (extreme edits), %d at the epoch limit",
 		runs, loops, taken, acquired, skipped, limit)
 	t.Logf("overlaps excused, in steps, by non-guarantee: %s", counts(excused, nonGuarantees))

@@ -59,8 +59,11 @@ var mutants = []mutant{
 	// record's), the lease guard refuses that write, and the simulation excuses what follows as
 	// impersonation; reverting the rule was not caught (issue 16's note).
 	{"R-absence: an absence is timed from its first sighting, polls included", "driver.go",
-		"return d.watching && e.clock.Since(d.absenceTimedFrom()) > d.absentWait",
+		"return d.watching && !d.absentUnheard && e.clock.Since(d.absenceTimedFrom()) > d.absentWait",
 		"return e.clock.Since(d.absentSince) > d.absentWait"},
+	{"R-unheard: a read's absence of a Lease the watch still shows is timed at once", "driver.go",
+		"return d.watching && !d.absentUnheard && e.clock.Since(d.absenceTimedFrom()) > d.absentWait",
+		"return d.watching && e.clock.Since(d.absenceTimedFrom()) > d.absentWait"},
 	{"R-epoch-limit: an epoch that cannot be incremented stalls silently", "driver.go",
 		"\t\t\te.countError(\"update\", err)\n\t\t\td.stale = true",
 		"\t\t\td.stale = true"},

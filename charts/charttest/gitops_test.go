@@ -241,10 +241,10 @@ func TestGitOpsApplyTwiceChangesNothing(t *testing.T) {
 						what = changed(before, after)
 					}
 					t.Errorf("the second apply wrote %s %s (%s)", o.GetKind(), o.GetName(), what)
-					if before != nil && os.Getenv("EHDB_DEBUG_GITOPS") != "" {
-						bj, _ := yaml.Marshal(before.Object["metadata"])
-						aj, _ := yaml.Marshal(after.Object["metadata"])
-						t.Logf("before:\n%s\nafter:\n%s", bj, aj)
+					if before != nil { // which manager's entry moved
+						bj, _ := yaml.Marshal(before.GetManagedFields())
+						aj, _ := yaml.Marshal(after.GetManagedFields())
+						t.Logf("managedFields before:\n%s\nafter:\n%s", bj, aj)
 					}
 				}
 			}

@@ -450,22 +450,13 @@ func gone(t *testing.T, timeout time.Duration, what string, get func(context.Con
 	})
 }
 
-// checkHelmTest runs `helm test --logs` on the release: the chart's test Pod, on the node, in the
-// webhook's image, must pass every check.
+// checkHelmTest runs `helm test` on the release: the chart's test Pod, on the node, in the
+// webhook's image, must pass every check (it exits non-zero on any FAIL line), and its hooks must
+// be gone afterwards (the uninstall check below counts what is left).
 func (s *icSystem) checkHelmTest() {
 	s.t.Helper()
 	var logs strings.Builder
-	err := s.chart.Test(release, &logs)
-	s.t.Logf("helm test logs:\n%s", logs.String())
-	if err != nil {
-		s.t.Fatalf("helm test: %v", err)
-	}
-	for _, want := range []string{"ok    webhook: an armed Pod", "ok    webhook: an unarmed StatefulSet", "ok    writer RBAC: system:serviceaccount:" + s.ns + ":"} {
-		if !strings.Contains(logs.String(), want) {
-			s.t.Errorf("helm test logs lack %q", want)
-		}
-	}
-	if strings.Contains(logs.String(), "FAIL") {
-		s.t.Error("helm test logs hold a FAIL line")
+	if err := s.chart.Test(release, &logs); err != nil {
+		s.t.Fatalf("helm test: %v\n%s", err, logs.String())
 	}
 }

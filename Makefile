@@ -19,9 +19,13 @@ TEST_TIMEOUT ?= 40m
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
+# The release version the CLI's `version` prints: the chart's appVersion (and the commit built).
+VERSION     ?= $(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/ehdb-election/Chart.yaml)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
+
 .PHONY: build
 build: ## Build the binaries into bin/ (webhook, ehdb-writer, ehdb-election CLI)
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN)/ ./cmd/...
 
 .PHONY: controlplane
 controlplane: ## Build (or reuse) the local control plane: etcd, kube-apiserver, kube-controller-manager

@@ -31,7 +31,7 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 	if req.Operation != admissionv1.Delete {
 		newCM, err := decodeConfigMap(req.Object.Raw)
 		if err != nil {
-			h.Metrics.observe(kind, false, ReasonMalformed, time.Since(start))
+			h.Metrics.observe(req, kind, false, ReasonMalformed, time.Since(start))
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed ConfigMap: %w", err))
 		}
 		change.New = ConfigMapFact{Data: newCM.Data}
@@ -52,7 +52,7 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 	}
 	readers, err := h.Readers.ReadersOf(req.Namespace, change.Name)
 	if err != nil {
-		h.Metrics.observe(kind, false, ReasonCouldNotVerify, time.Since(start))
+		h.Metrics.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
 		return admission.Denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
 	}
 	readers = judgedThroughController(readers)
@@ -88,10 +88,10 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 		warnings = warnings[:maxListed]
 	}
 	if len(denials) == 0 {
-		h.Metrics.observe(kind, true, ReasonNoOpinion, time.Since(start))
+		h.Metrics.observe(req, kind, true, ReasonNoOpinion, time.Since(start))
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
-	h.Metrics.observe(kind, false, denials[0].Reason, time.Since(start))
+	h.Metrics.observe(req, kind, false, denials[0].Reason, time.Since(start))
 	msg := denials[0].Message()
 	if len(denials) > 1 {
 		msg += fmt.Sprintf("\n(and %d more object(s) reading ConfigMap %s/%s are refused likewise)", len(denials)-1, req.Namespace, change.Name)

@@ -92,11 +92,11 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		msg := fmt.Sprintf("ehdb-election guard: internal error judging %s %s/%s: %v", req.Kind.Kind, req.Namespace, req.Name, r)
 		h.logger(ctx).Error(fmt.Errorf("panic: %v", r), "recovered a panic while judging a review", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
 		if schema.GroupVersionKind(req.Kind) == gvkPod {
-			h.Metrics.observe(kind, true, ReasonUnverifiedPod, time.Since(start))
+			h.Metrics.observe(req, kind, true, ReasonUnverifiedPod, time.Since(start))
 			resp = admission.Allowed("").WithWarnings(truncate(msg+" (Pods fail open)", 240))
 			return
 		}
-		h.Metrics.observe(kind, false, ReasonInternalError, time.Since(start))
+		h.Metrics.observe(req, kind, false, ReasonInternalError, time.Since(start))
 		resp = admission.Errored(http.StatusInternalServerError, errors.New(msg))
 	}()
 	log := h.logger(ctx)
@@ -109,12 +109,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		"operation", req.Operation, "uid", req.UID, "dryRun", req.DryRun != nil && *req.DryRun)
 
 	allow := func(reason Reason, msg string) admission.Response {
-		h.Metrics.observe(kind, true, reason, time.Since(start))
+		h.Metrics.observe(req, kind, true, reason, time.Since(start))
 		log.Info("allowed: no opinion", "reason", reason, "why", msg)
 		return admission.Allowed("")
 	}
 	malformed := func(err error) admission.Response {
-		h.Metrics.observe(kind, false, ReasonMalformed, time.Since(start))
+		h.Metrics.observe(req, kind, false, ReasonMalformed, time.Since(start))
 		log.Info("denied: malformed request", "reason", ReasonMalformed, "error", err.Error())
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed AdmissionReview: %w", err))
 	}
@@ -164,7 +164,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	defer load.release()
 	d, lookups := h.decide(withReviewLoad(ctx, load), in)
 
-	h.Metrics.observe(kind, d.Allowed, d.Reason, time.Since(start))
+	h.Metrics.observe(req, kind, d.Allowed, d.Reason, time.Since(start))
 	kv := []any{"allowed", d.Allowed, "reason", d.Reason, "lookups", lookups, "tookMs", time.Since(start).Milliseconds()}
 	if len(d.Armed) > 0 {
 		kv = append(kv, "armed", d.Armed)

@@ -26,13 +26,13 @@ func (h *Handler) handleRBAC(ctx context.Context, req admission.Request, log log
 	gvk := schema.GroupVersionKind(req.Kind)
 	kind := gvk.Kind
 	deny := func(reason Reason, msg string) admission.Response {
-		h.Metrics.observe(kind, false, reason, time.Since(start))
+		h.Metrics.observe(req, kind, false, reason, time.Since(start))
 		log.Info("decision", "allowed", false, "reason", reason, "why", msg)
 		return admission.Denied(msg)
 	}
 	change, err := DecodeRBACChange(gvk, req.Namespace, req.Name, req.Object.Raw, req.OldObject.Raw, req.Operation == admissionv1.Delete)
 	if err != nil {
-		h.Metrics.observe(kind, false, ReasonMalformed, time.Since(start))
+		h.Metrics.observe(req, kind, false, ReasonMalformed, time.Since(start))
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed %s: %w", kind, err))
 	}
 	if c, ok := h.Accounts.(interface{ Covers(string) bool }); ok && change.Namespace != "" && !c.Covers(change.Namespace) {
@@ -99,10 +99,10 @@ func (h *Handler) handleRBAC(ctx context.Context, req admission.Request, log log
 		if h.Invalidate != nil {
 			h.Invalidate()
 		}
-		h.Metrics.observe(kind, true, ReasonNoOpinion, time.Since(start))
+		h.Metrics.observe(req, kind, true, ReasonNoOpinion, time.Since(start))
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
-	h.Metrics.observe(kind, false, denials[0].Reason, time.Since(start))
+	h.Metrics.observe(req, kind, false, denials[0].Reason, time.Since(start))
 	return admission.Denied(DisarmMessage(change, denials)).WithWarnings(warnings...)
 }
 

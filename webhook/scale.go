@@ -39,13 +39,13 @@ func (h *Handler) handleScale(ctx context.Context, req admission.Request, log lo
 	kind := gvkStatefulSet.Kind
 	var newScale, oldScale autoscalingv1.Scale
 	if err := decodeInto(req.Object.Raw, &newScale, gvkScale); err != nil {
-		return h.answer(log, kind, start, malformedDecision(fmt.Errorf("object: %w", err)), 0)
+		return h.answer(req, log, kind, start, malformedDecision(fmt.Errorf("object: %w", err)), 0)
 	}
 	if err := decodeInto(req.OldObject.Raw, &oldScale, gvkScale); err != nil {
-		return h.answer(log, kind, start, malformedDecision(fmt.Errorf("oldObject: %w", err)), 0)
+		return h.answer(req, log, kind, start, malformedDecision(fmt.Errorf("oldObject: %w", err)), 0)
 	}
 	if newScale.Spec.Replicas <= oldScale.Spec.Replicas {
-		return h.answer(log, kind, start, Decision{Allowed: true, Reason: ReasonNoOpinion}, 0)
+		return h.answer(req, log, kind, start, Decision{Allowed: true, Reason: ReasonNoOpinion}, 0)
 	}
 	name := req.Name
 	if name == "" {
@@ -61,14 +61,14 @@ func (h *Handler) handleScale(ctx context.Context, req admission.Request, log lo
 		if known {
 			why = "the webhook's watch does not hold it (yet)"
 		}
-		return h.answer(log, kind, start, Decision{Subject: fmt.Sprintf("StatefulSet %s/%s", req.Namespace, name), Reason: ReasonCouldNotVerify,
+		return h.answer(req, log, kind, start, Decision{Subject: fmt.Sprintf("StatefulSet %s/%s", req.Namespace, name), Reason: ReasonCouldNotVerify,
 			Unmet: []Unmet{{Reason: ReasonCouldNotVerify, Problem: fmt.Sprintf("could not verify the scale-up of StatefulSet %s/%s from %d to %d replicas: %s.", req.Namespace, name, oldScale.Spec.Replicas, newScale.Spec.Replicas, why),
 				Fix: "retry; if it persists, check the webhook's watches (its readiness says which)."}}}, 0)
 	}
 	old, now := *cur, *cur
 	old.Replicas, now.Replicas = oldScale.Spec.Replicas, newScale.Spec.Replicas
 	d, lookups := h.decide(ctx, Input{Operation: admissionv1.Update, Object: &now, Old: &old})
-	return h.answer(log, kind, start, d, lookups)
+	return h.answer(req, log, kind, start, d, lookups)
 }
 
 // malformedDecision is the answer to a review the guard cannot read.
@@ -77,8 +77,8 @@ func malformedDecision(err error) Decision {
 }
 
 // answer records and renders a decision of one of the reviews routed outside Handle's main path.
-func (h *Handler) answer(log logr.Logger, kind string, start time.Time, d Decision, lookups int) admission.Response {
-	h.Metrics.observe(kind, d.Allowed, d.Reason, time.Since(start))
+func (h *Handler) answer(req admission.Request, log logr.Logger, kind string, start time.Time, d Decision, lookups int) admission.Response {
+	h.Metrics.observe(req, kind, d.Allowed, d.Reason, time.Since(start))
 	kv := []any{"allowed", d.Allowed, "reason", d.Reason, "lookups", lookups, "tookMs", time.Since(start).Milliseconds()}
 	if len(d.Unmet) > 0 {
 		unmet := make([]string, len(d.Unmet))

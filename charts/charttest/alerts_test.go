@@ -364,6 +364,33 @@ func TestAlertWebhookErrors(t *testing.T) {
 	runAlertCases(t, rule, cases, mutants)
 }
 
+// TestAlertWebhookDenials (issue 18): a refusal fires; the same refusal of a server-side dry run
+// (kubectl diff, Argo CD's diff, dry_run="true") does not, and neither do series from a webhook that
+// predates the label.
+func TestAlertWebhookDenials(t *testing.T) {
+	rule := renderedAlerts(t, ruleValues(nil))["EhdbElectionWebhookDenials"]
+	pod := webhookTarget + `,pod="ehdb-election-webhook-a",instance="10.0.0.1:8080"`
+	cases := []alertCase{
+		{name: "an apply refused", until: 5 * time.Minute, want: []map[string]string{{"kind": "StatefulSet", "reason": "lease_not_live"}}, series: []string{
+			`ehdb_webhook_decisions_total{` + pod + `,kind="StatefulSet",result="denied",reason="lease_not_live",dry_run="false"} 0x4 1x16`,
+			`ehdb_webhook_decisions_total{` + pod + `,kind="StatefulSet",result="denied",reason="lease_not_live",dry_run="true"} 0x20`,
+		}},
+		{name: "a webhook without the label refuses", until: 5 * time.Minute, want: []map[string]string{{"kind": "StatefulSet", "reason": "election_disabled"}}, series: []string{
+			`ehdb_webhook_decisions_total{` + pod + `,kind="StatefulSet",result="denied",reason="election_disabled"} 0x4 1x16`,
+		}},
+		{name: "only dry runs refused (kubectl diff, Argo CD's diff): no alert", until: 10 * time.Minute, series: []string{
+			`ehdb_webhook_decisions_total{` + pod + `,kind="StatefulSet",result="denied",reason="lease_not_live",dry_run="true"} 0x4 1+1x36`,
+			`ehdb_webhook_decisions_total{` + pod + `,kind="StatefulSet",result="denied",reason="lease_not_live",dry_run="false"} 0x40`,
+			`ehdb_webhook_decisions_total{` + pod + `,kind="StatefulSet",result="allowed",reason="requirements_met",dry_run="false"} 0+1x40`,
+		}},
+	}
+	mutants := []mutant{
+		{"dry runs counted", replaceExpr(`,dry_run!="true"`, ``)},
+		{"only labelled series", replaceExpr(`dry_run!="true"`, `dry_run="false"`)},
+	}
+	runAlertCases(t, rule, cases, mutants)
+}
+
 // TestPrometheusRule: which alerts render, that each parses and its annotations are valid
 // templates, and that the selectors reach every expression.
 func TestPrometheusRule(t *testing.T) {

@@ -167,6 +167,16 @@ func TestUninstallRemovesTheWebhookConfigurationFirst(t *testing.T) {
 			r := newRelease(t, nil)
 			r.install(t, r.values(nil))
 			ctx := context.Background()
+			// Rendered against the cluster, the release has the pre-delete copy: the same webhooks and
+			// labels, and the hook annotations.
+			vwcObj := r.rendered.Find("ValidatingWebhookConfiguration", r.name)
+			hook := findObject(r.rendered.Hooks, "ValidatingWebhookConfiguration", r.name)
+			if vwcObj == nil || hook == nil {
+				t.Fatalf("the install renders the configuration %v and its pre-delete copy %v", vwcObj != nil, hook != nil)
+			}
+			if hook.GetAnnotations()["helm.sh/hook"] != "pre-delete" || !reflect.DeepEqual(hook.Object["webhooks"], vwcObj.Object["webhooks"]) || !reflect.DeepEqual(hook.GetLabels(), vwcObj.GetLabels()) {
+				t.Error("the pre-delete copy differs from the release's webhook configuration")
+			}
 			vwcs := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 			setFinalizers := func(f []string) {
 				t.Helper()

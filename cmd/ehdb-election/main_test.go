@@ -24,7 +24,11 @@ import (
 	"github.com/noetl/ehdb-election/internal/testcluster"
 )
 
-func TestMain(m *testing.M) { os.Exit(testcluster.Main(m)) }
+func TestMain(m *testing.M) {
+	code := testcluster.Main(m)
+	removeBuiltCLI()
+	os.Exit(code)
+}
 
 func runCLI(t *testing.T, argv ...string) (int, string, string) {
 	t.Helper()

@@ -181,12 +181,12 @@ func TestGuardAgainstTheAPIServer(t *testing.T) {
 	// The decisions are on /metrics.
 	_, body := get(metrics + "/metrics")
 	for _, series := range []string{
-		`ehdb_webhook_decisions_total{kind="StatefulSet",reason="election_disabled",result="denied"}`,
-		`ehdb_webhook_decisions_total{kind="StatefulSet",reason="default_service_account",result="denied"}`,
-		`ehdb_webhook_decisions_total{kind="StatefulSet",reason="service_account_unbound",result="denied"}`,
-		`ehdb_webhook_decisions_total{kind="StatefulSet",reason="lease_not_live",result="denied"}`,
-		`ehdb_webhook_decisions_total{kind="Deployment",reason="unarmed",result="allowed"}`,
-		`ehdb_webhook_decision_duration_seconds_count{kind="StatefulSet",result="allowed"}`,
+		`ehdb_webhook_decisions_total{dry_run="false",kind="StatefulSet",reason="election_disabled",result="denied"}`,
+		`ehdb_webhook_decisions_total{dry_run="false",kind="StatefulSet",reason="default_service_account",result="denied"}`,
+		`ehdb_webhook_decisions_total{dry_run="false",kind="StatefulSet",reason="service_account_unbound",result="denied"}`,
+		`ehdb_webhook_decisions_total{dry_run="false",kind="StatefulSet",reason="lease_not_live",result="denied"}`,
+		`ehdb_webhook_decisions_total{dry_run="false",kind="Deployment",reason="unarmed",result="allowed"}`,
+		`ehdb_webhook_decision_duration_seconds_count{dry_run="false",kind="StatefulSet",result="allowed"}`,
 	} {
 		if v := sample(body, series); v < 1 {
 			t.Errorf("%s = %v, want >= 1", series, v)

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -163,6 +164,9 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check" { // the chart's `helm test` (check.go)
+		os.Exit(runCheck(context.Background(), os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
 	o, err := parseFlags(os.Args[1:], os.Getenv, os.Stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

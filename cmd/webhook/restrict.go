@@ -24,6 +24,10 @@ type nameSelector struct {
 	names map[string]string
 }
 
+// WrappedRoundTripper lets client-go pass a timed-out request's cancellation to the transport
+// beneath (k8s.io/client-go/transport tryCancelRequest) instead of logging that it cannot.
+func (s *nameSelector) WrappedRoundTripper() http.RoundTripper { return s.next }
+
 func (s *nameSelector) RoundTrip(r *http.Request) (*http.Response, error) {
 	name, ok := s.names[r.URL.Path]
 	if !ok || r.Method != http.MethodGet {

@@ -384,16 +384,19 @@ func decisionTimeOf(metricsURL, result string) (float64, uint64) {
 	if err != nil {
 		return 0, 0
 	}
+	// Summed over the other labels (dry_run: the bench's reviews may be server-side dry runs).
+	var sum float64
+	var count uint64
 	for _, m := range families["ehdb_webhook_decision_duration_seconds"].GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
 		if labels["kind"] == "StatefulSet" && labels["result"] == result {
-			return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
+			sum, count = sum+m.GetHistogram().GetSampleSum(), count+m.GetHistogram().GetSampleCount()
 		}
 	}
-	return 0, 0
+	return sum, count
 }
 
 func truncateText(s string, n int) string {

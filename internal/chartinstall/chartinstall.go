@@ -6,6 +6,7 @@ package chartinstall
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -72,6 +73,24 @@ func (c *Client) Uninstall(name string) error {
 	un.Timeout = 2 * time.Minute
 	if _, err := un.Run(name); err != nil {
 		return fmt.Errorf("helm uninstall %s -n %s: %w", name, c.namespace, err)
+	}
+	return nil
+}
+
+// Test is `helm test <name>`: it runs the release's test hooks and waits for their Pods to
+// finish. When the test fails it writes the test Pods' logs to logs (the chart's test hooks are
+// deleted when they pass, so there is nothing to read then).
+func (c *Client) Test(name string, logs io.Writer) error {
+	t := action.NewReleaseTesting(c.cfg)
+	t.Namespace, t.Timeout = c.namespace, 3*time.Minute
+	rel, err := t.Run(name)
+	if err != nil {
+		if rel != nil {
+			if lerr := t.GetPodLogs(logs, rel); lerr != nil {
+				fmt.Fprintf(logs, "(no logs: %v)\n", lerr)
+			}
+		}
+		return fmt.Errorf("helm test %s -n %s: %w", name, c.namespace, err)
 	}
 	return nil
 }

@@ -449,3 +449,14 @@ func gone(t *testing.T, timeout time.Duration, what string, get func(context.Con
 		return fmt.Errorf("still there")
 	})
 }
+
+// checkHelmTest runs `helm test` on the release: the chart's test Pod, on the node, in the
+// webhook's image, must pass every check (it exits non-zero on any FAIL line), and its hooks must
+// be gone afterwards (the uninstall check below counts what is left).
+func (s *icSystem) checkHelmTest() {
+	s.t.Helper()
+	var logs strings.Builder
+	if err := s.chart.Test(release, &logs); err != nil {
+		s.t.Fatalf("helm test: %v\n%s", err, logs.String())
+	}
+}

@@ -37,6 +37,9 @@ func TestInClusterSystem(t *testing.T) {
 	step("admission is served by the webhook Pods through the chart's Service")
 	s.checkServedThroughService()
 
+	step("helm test: the chart's test Pod finds the guard answering and the writer's Lease access exactly SPEC's")
+	s.checkHelmTest()
+
 	step("the order: refused without election or with the default ServiceAccount, admitted unarmed")
 	sts := s.cs.AppsV1().StatefulSets(s.ns)
 	_, err := sts.Create(ctx, referenceWriter(s.ns, "", 1, env("NOETL_EHDB_FENCING", "enforce")), metav1.CreateOptions{})

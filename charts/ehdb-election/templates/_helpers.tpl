@@ -215,13 +215,17 @@ objectSelector: {}
 {{- end }}
 
 {{/*
-Annotations of the writer's ServiceAccount, Role and RoleBinding: kept on `helm uninstall` (and when an
-upgrade stops rendering them) unless writer.keepOnUninstall=false. Removing them under an armed writer
-drops every token within a lease and the fence then refuses every write.
+Annotations of the writer's ServiceAccount, Role and RoleBinding and of the lease guard: kept on `helm
+uninstall` (and when an upgrade stops rendering them) unless writer.keepOnUninstall=false. Removing them
+under an armed writer drops every token within a lease and the fence then refuses every write. GitOps
+tools ignore Helm's policy when they prune (an object left git) and Flux ignores it when it deletes, so
+the same objects carry Argo CD's sync options (Prune=false,Delete=false) and Flux's prune exclusion.
 */}}
 {{- define "ehdb-election.writer.keepAnnotation" -}}
 {{- if .Values.writer.keepOnUninstall }}
 helm.sh/resource-policy: keep
+argocd.argoproj.io/sync-options: Prune=false,Delete=false
+kustomize.toolkit.fluxcd.io/prune: disabled
 {{- end }}
 {{- end }}
 

@@ -82,6 +82,12 @@ type dateRecorder struct {
 	clock *ServerClock
 }
 
+// WrappedRoundTripper lets client-go reach the transport beneath: when a --request-timeout expires,
+// net/http cancels through the chain's CancelRequest, and client-go's wrappers pass that down to
+// whatever can cancel; a wrapper that hides what it wraps gets "Warning: unable to cancel request"
+// logged instead (k8s.io/client-go/transport tryCancelRequest).
+func (d dateRecorder) WrappedRoundTripper() http.RoundTripper { return d.next }
+
 func (d dateRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	sent := d.clock.Local.Now()
 	resp, err := d.next.RoundTrip(req)

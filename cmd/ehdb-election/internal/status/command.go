@@ -61,6 +61,27 @@ type flags struct {
 	minRedraw            time.Duration
 }
 
+// newFlags defines the command's flags, the one list that parsing, --help and shell completion read.
+func newFlags() (*flags, *pflag.FlagSet) {
+	f := &flags{kube: genericclioptions.NewConfigFlags(true)}
+	f.kube.Timeout = ptr.To(defaultRequestTimeout)
+	fs := pflag.NewFlagSet("status", pflag.ContinueOnError)
+	fs.StringVarP(&f.output, "output", "o", FormatTable, "output format: "+strings.Join(Formats, ", "))
+	fs.BoolVarP(&f.allNamespaces, "all-namespaces", "A", false, "show the shard Leases of every namespace (overrides -n)")
+	fs.BoolVarP(&f.watch, "watch", "w", false, "keep the view open: redraw on every Lease event, and when a live Lease expires")
+	fs.BoolVar(&f.scrape, "scrape", false, "also read each holder pod's ehdb_election_token_valid and ehdb_election_epoch from :9090/metrics through the API server's pod proxy (needs get pods/proxy)")
+	fs.DurationVar(&f.scrapeTimeout, "scrape-timeout", 5*time.Second, "timeout of each pod's scrape")
+	// Every kubectl connection flag: --kubeconfig, --context, -n, --as, --as-group, --token, -s, ...
+	f.kube.AddFlags(fs)
+	return f, fs
+}
+
+// FlagSet is the status command's flags, for shell completion.
+func FlagSet() *pflag.FlagSet {
+	_, fs := newFlags()
+	return fs
+}
+
 // defaultRequestTimeout bounds each API request unless --request-timeout says otherwise; a watch's
 // long-running request is bounded by the server instead (see view.watch).
 const defaultRequestTimeout = "15s"
@@ -78,17 +99,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts Opti
 	if opts.Clientset == nil {
 		opts.Clientset = func(c *rest.Config) (kubernetes.Interface, error) { return kubernetes.NewForConfig(c) }
 	}
-	f := flags{kube: genericclioptions.NewConfigFlags(true), minRedraw: opts.MinRedraw}
-	f.kube.Timeout = ptr.To(defaultRequestTimeout)
-	fs := pflag.NewFlagSet("status", pflag.ContinueOnError)
+	f, fs := newFlags()
+	f.minRedraw = opts.MinRedraw
 	fs.SetOutput(stderr)
-	fs.StringVarP(&f.output, "output", "o", FormatTable, "output format: "+strings.Join(Formats, ", "))
-	fs.BoolVarP(&f.allNamespaces, "all-namespaces", "A", false, "show the shard Leases of every namespace (overrides -n)")
-	fs.BoolVarP(&f.watch, "watch", "w", false, "keep the view open: redraw on every Lease event, and when a live Lease expires")
-	fs.BoolVar(&f.scrape, "scrape", false, "also read each holder pod's ehdb_election_token_valid and ehdb_election_epoch from :9090/metrics through the API server's pod proxy (needs get pods/proxy)")
-	fs.DurationVar(&f.scrapeTimeout, "scrape-timeout", 5*time.Second, "timeout of each pod's scrape")
-	// Every kubectl connection flag: --kubeconfig, --context, -n, --as, --as-group, --token, -s, ...
-	f.kube.AddFlags(fs)
 	// Usage is printed here, not by pflag: asked for (--help) it goes to stdout, and a parse
 	// error gets one line and a pointer, not the whole flag list.
 	fs.Usage = func() {}

@@ -20,13 +20,19 @@ const namespaceLabel = "kubernetes.io/metadata.name"
 // scopeProblem compares the namespaces a webhook configuration sends this process with the ones
 // its watches cover (guarded; "*" is every namespace). An entry whose namespaceSelector is not
 // confined, by kubernetes.io/metadata.name, to guarded namespaces sends reviews the watches cannot
-// answer: a ConfigMap there would look read by no one, an owner unknown (issue 17, class 8).
+// answer: a ConfigMap there would look read by no one, an owner unknown (issue 17, class 8). An
+// entry for cluster-scoped objects only (ClusterRoles, ClusterRoleBindings) has no namespace to
+// confine: the API server sends them whatever its namespaceSelector says, and their review asks
+// the watches about guarded namespaces only.
 func scopeProblem(vwc *admissionregistrationv1.ValidatingWebhookConfiguration, guarded []string) error {
 	if slices.Contains(guarded, "*") {
 		return nil
 	}
 	var problems []string
 	for _, h := range vwc.Webhooks {
+		if clusterScopedOnly(h.Rules) {
+			continue
+		}
 		allowed, bounded := selectedNames(h.NamespaceSelector)
 		if !bounded {
 			problems = append(problems, fmt.Sprintf("entry %s sends every namespace its selector matches", h.Name))
@@ -47,6 +53,16 @@ func scopeProblem(vwc *admissionregistrationv1.ValidatingWebhookConfiguration, g
 		return fmt.Errorf("ValidatingWebhookConfiguration %s sends this webhook more than its watches cover (--guarded-namespaces %v): %v; reviews there are refused as \"could not verify\" until the two agree (webhook.guardedNamespaces)", vwc.Name, guarded, problems)
 	}
 	return nil
+}
+
+// clusterScopedOnly says whether every rule matches cluster-scoped objects only.
+func clusterScopedOnly(rules []admissionregistrationv1.RuleWithOperations) bool {
+	for _, r := range rules {
+		if r.Scope == nil || *r.Scope != admissionregistrationv1.ClusterScope {
+			return false
+		}
+	}
+	return len(rules) > 0
 }
 
 // selectedNames returns the namespace names sel is confined to, when it is (an In on

@@ -38,6 +38,28 @@ func TestScopeProblem(t *testing.T) {
 		{"In intersected with matchLabels", vwc(&metav1.LabelSelector{MatchLabels: map[string]string{namespaceLabel: "noetl"},
 			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: namespaceLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"noetl", "team-a"}}}}), []string{"noetl"}, ""},
 	}
+	// The chart's clusterrbac entry: cluster-scoped objects only, selector {} (issue 18's adoption
+	// found every webhook unready with it: its namespace selector is not the watches' business).
+	scoped := func(scope admissionregistrationv1.ScopeType) *admissionregistrationv1.ValidatingWebhookConfiguration {
+		v := vwc(in("noetl"), &metav1.LabelSelector{})
+		v.Webhooks[1].Name = "clusterrbac.ehdb-election.noetl.io"
+		v.Webhooks[1].Rules = []admissionregistrationv1.RuleWithOperations{{Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{"rbac.authorization.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"clusterroles"}, Scope: &scope}}}
+		return v
+	}
+	cases = append(cases,
+		struct {
+			name    string
+			vwc     *admissionregistrationv1.ValidatingWebhookConfiguration
+			guarded []string
+			want    string
+		}{"an entry for cluster-scoped objects only", scoped(admissionregistrationv1.ClusterScope), []string{"noetl"}, ""},
+		struct {
+			name    string
+			vwc     *admissionregistrationv1.ValidatingWebhookConfiguration
+			guarded []string
+			want    string
+		}{"an entry for every scope is confined like any other", scoped(admissionregistrationv1.AllScopes), []string{"noetl"}, "entry clusterrbac.ehdb-election.noetl.io sends every namespace"})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := scopeProblem(tc.vwc, tc.guarded)

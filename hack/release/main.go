@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -54,6 +55,22 @@ func run(ctx context.Context, cmd string, args []string) error {
 	archive := fs.String("archive", "", "push: the OCI-layout archive `build` or `images` wrote")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	// A flag the command does not read is an error, never ignored: `push -repo <mirror>` must not
+	// push to the repository the archive was built for while the user believes otherwise.
+	uses := map[string][]string{"images": {"repo", "tag", "out"}, "build": {"repo", "out"}, "push": {"archive"}}
+	var unused []string
+	fs.Visit(func(f *flag.Flag) {
+		if !slices.Contains(uses[cmd], f.Name) {
+			unused = append(unused, "-"+f.Name)
+		}
+	})
+	if len(unused) > 0 {
+		hint := ""
+		if cmd == "push" {
+			hint = " (push sends the archive to the repository it was built for: to push to a mirror, build with -repo <mirror>/noetl/ehdb-election, i.e. make release IMAGE_REPO=...)"
+		}
+		return fmt.Errorf("release %s does not take %s%s", cmd, strings.Join(unused, ", "), hint)
 	}
 	switch cmd {
 	case "images":

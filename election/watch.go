@@ -113,6 +113,11 @@ func (e *Election) handle(m watchMsg) {
 	switch m.ev.Type {
 	case watch.Added, watch.Modified:
 		if d.seenRV != "" && !newer(l.ResourceVersion, d.seenRV) {
+			if d.rec != nil && d.rec.UID == l.UID {
+				// Known already (a stream's opening ADDED of the record we read, say): the stream
+				// is at or before our record, so its deletion will come down it (mayCreate).
+				d.recUnderStream = d.watching
+			}
 			e.recall(l) // replayed, or known already: what it says of the past still counts
 			return
 		}

@@ -237,6 +237,9 @@ func TestScenario4APIServerGone(t *testing.T) {
 // Scenario 5: the RoleBinding is pulled at runtime, then restored.
 func TestScenario5RBACPulled(t *testing.T) {
 	s := newSystem(t, nil)
+	// The webhook serves: its RBAC entry fails closed, and judges the pull admissible (no armed
+	// writer runs as the account: these writers are host processes in shadow).
+	s.startWebhook()
 	ctx := context.Background()
 	w := s.writer(shard0)
 	_, e1 := waitValid(t, 20*time.Second, w)

@@ -151,9 +151,9 @@ func TestABrokenWatchIsSurvivedAndJoinedOnRelease(t *testing.T) {
 			e, _ := start(t, store, clk, "w#1", lease, renew)
 			waitFor(t, "acquisition by polling", func() bool { return e.Token().Valid })
 			<-store.calls
-			if got := errorsByReason(e)["other"]; got == 0 {
-				t.Fatalf("the broken watch was not counted: %v", errorsByReason(e))
-			}
+			// Watch was called; the panic is recovered and counted just after, on the watch's
+			// goroutine (checking at once raced it: a red make test under load).
+			waitFor(t, "the broken watch counted", func() bool { return errorsByReason(e)["other"] > 0 })
 			if err := e.Release(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -82,8 +82,10 @@
 //     never saw; only a cluster that refuses deletes closes it.
 //   - vm-freeze: a freeze that stops every clock of the holder's machine (a paused VM whose
 //     kvmclock stands still) cannot be seen from inside: on resume the holder reports a valid token
-//     for the rest of its lease, next to a successor. The fence's epoch check closes it — the
-//     successor's writes carry a higher epoch — and nothing on the client can.
+//     for the rest of its lease, next to a successor, and acts on it: a record that names it with
+//     another epoch (a successor that shares its identity) reads as an edit under its valid
+//     token, which it re-acquires at once, above the successor's epoch. The fence's epoch check
+//     closes it (one of the two epochs is refused) and nothing on the client can.
 //   - impersonation: anyone who can write the Lease can impersonate a release (blank the holder:
 //     the holding whose record it blanks may overlap whoever takes the release), a holder, or a
 //     shorter duration that a candidate which never saw the real one trusts; no

@@ -88,6 +88,9 @@ func (s *sim) excuse(a, b *simProc) string {
 			continue
 		}
 		seen[h] = true
+		if h.op.frozeHeld {
+			return "vm-freeze" // taken on the strength of a holding a freeze kept fresh
+		}
 		o, n := older, h // an earlier holding of the chain may predate older
 		if n.op.seq < o.op.seq {
 			o, n = n, o

@@ -48,6 +48,9 @@ func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Leas
 		// Its last holding has not lapsed (it may have been dropped just now, on the news this
 		// write acts on).
 		op.prev = p.holdings[snap.epoch]
+		// Fresh only because its clocks stood still (vm-freeze): what it does on the strength
+		// of that holding carries that holding's excuse.
+		op.frozeHeld = p.clk.frozeSince(p.lastSend) && float64(s.clk.Now().Sub(p.lastSend))*p.clk.rate >= float64(p.e.validFor)
 	}
 	if what == "update" && op.prev == nil && holderOf(req) == p.e.identity && s.rvHolding[req.ResourceVersion] != nil && s.rvHolding[req.ResourceVersion].op.p == p {
 		h := s.rvHolding[req.ResourceVersion]

@@ -109,6 +109,7 @@ type simOp struct {
 	moment           int           // sim.moment as it sent (for sawHolding)
 	forged           bool          // an update on a record version an outsider blanked (a forged release)
 	prev             *simHolding   // the sender's own holding, still valid as it sent
+	frozeHeld        bool          // ... valid only because the sender's clocks froze since its last write
 	waited           time.Duration // how long the sender waited out the record (or absence) it acts on
 }
 

@@ -453,6 +453,10 @@ func (sk *soak) inject(ctx context.Context, kind string, sl *soakSlot, shard str
 		sk.async(kind, func() {
 			rbs := s.c.Clientset().RbacV1().RoleBindings(s.ns)
 			rb := sk.binding.DeepCopy()
+			// The webhook's RBAC entry fails closed: an RBAC change waits for a webhook that is
+			// down (the webhook fault holds its lock until the webhook serves again).
+			wh := sk.kindLock("webhook")
+			wh.Lock()
 			sk.call("revoking the writers' RoleBinding", func(ctx context.Context) error {
 				err := rbs.Delete(ctx, rb.Name, metav1.DeleteOptions{})
 				if apierrors.IsNotFound(err) {
@@ -460,6 +464,7 @@ func (sk *soak) inject(ctx context.Context, kind string, sl *soakSlot, shard str
 				}
 				return err
 			})
+			wh.Unlock()
 			sk.note(kind, fmt.Sprintf("revoked for %s", span.Round(time.Millisecond)))
 			time.Sleep(span)
 			rb.ResourceVersion, rb.UID = "", ""

@@ -77,6 +77,11 @@ func (s *sim) excuse(a, b *simProc) string {
 	if hb.op.seq < ha.op.seq {
 		older, newer = hb, ha
 	}
+	if older.op.frozeHeld {
+		// The older holding itself was taken on the strength of one a freeze kept fresh: what
+		// follows it (its identity twin re-acquiring over it) follows the freeze.
+		return "vm-freeze"
+	}
 	// A holding taken at once on the strength of another carries that one's excuse: of the same
 	// process, whose token was still valid as it sent (a create after a delete it saw while
 	// holding, say); or the holding whose release (real or forged) it took.

@@ -21,7 +21,9 @@
 //     ours: our name on another holder's record, an epoch we did not mint, a shortened duration.
 //   - Re-acquiring at once. When our record is edited under a valid token of ours, we re-acquire
 //     at once (above every epoch seen), but only while the Lease is at exactly the resourceVersion
-//     we saw then: any later record may be someone's acquisition, and is timed.
+//     we saw then: any later record may be someone's acquisition, and is timed. At most once a
+//     lease: two processes sharing one identity by mistake would otherwise re-acquire over each
+//     other for ever, each reading the other's record as an edit of its own.
 //   - Lost answers. An acquisition whose answer never came is never adopted, even when the record
 //     carries our name, epoch and renewTime: an edit can copy those onto the record of the process
 //     that won. The record is timed like any other (as after a crash, it costs up to one lease).

@@ -137,6 +137,7 @@ func (e *Election) round(ctx context.Context) {
 		// Our record, edited under us while our token was valid, and unchanged since: no one else
 		// can have acquired in between, so we re-acquire at once, above every epoch seen. Only at
 		// that resourceVersion: any later record may be someone's acquisition (see reclaimRV).
+		d.reclaimedAt = now
 		e.write(ctx, true, Acquired)
 	case holder == "":
 		e.write(ctx, true, Acquired) // released: free at once
@@ -170,7 +171,10 @@ func (e *Election) checkLoss(now time.Time) {
 	}
 	d.holds = false
 	d.reclaimRV = ""
-	if d.rec != nil && holderOf(d.rec) == e.identity && e.fresh(now, d.lastSend, d.lastBoot) {
+	// At most once a lease: two processes that share one identity by mistake would otherwise
+	// re-acquire over each other for ever, each reading the other's record as an edit of its own.
+	reclaimedLately := !d.reclaimedAt.IsZero() && e.clock.Since(d.reclaimedAt) < e.cfg.LeaseDuration
+	if d.rec != nil && holderOf(d.rec) == e.identity && e.fresh(now, d.lastSend, d.lastBoot) && !reclaimedLately {
 		d.reclaimRV = d.rec.ResourceVersion
 	}
 	e.publish()

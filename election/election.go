@@ -169,7 +169,8 @@ type driver struct {
 	// reclaimRV is the record, naming us, that was edited under a valid token of ours: re-acquire
 	// at once while the Lease is still at exactly that resourceVersion, and only then (no one else
 	// can have acquired before it, since our token was valid; anyone may have after).
-	reclaimRV string
+	reclaimRV   string
+	reclaimedAt time.Time // when we last re-acquired at once (see checkLoss)
 
 	holds    bool
 	epoch    uint64

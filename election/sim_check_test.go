@@ -77,9 +77,9 @@ func (s *sim) excuse(a, b *simProc) string {
 	if hb.op.seq < ha.op.seq {
 		older, newer = hb, ha
 	}
-	if older.op.frozeHeld {
-		// The older holding itself was taken on the strength of one a freeze kept fresh: what
-		// follows it (its identity twin re-acquiring over it) follows the freeze.
+	if frozeChain(older) || frozeChain(newer) {
+		// A holding taken on the strength of one a freeze kept fresh: what follows it (identity
+		// twins re-acquiring over each other, each fresh) follows the freeze.
 		return "vm-freeze"
 	}
 	// A holding taken at once on the strength of another carries that one's excuse: of the same
@@ -93,9 +93,6 @@ func (s *sim) excuse(a, b *simProc) string {
 			continue
 		}
 		seen[h] = true
-		if h.op.frozeHeld {
-			return "vm-freeze" // taken on the strength of a holding a freeze kept fresh
-		}
 		o, n := older, h // an earlier holding of the chain may predate older
 		if n.op.seq < o.op.seq {
 			o, n = n, o
@@ -109,6 +106,18 @@ func (s *sim) excuse(a, b *simProc) string {
 		}
 	}
 	return ""
+}
+
+// frozeChain says whether h, or a holding of its process it was taken on the strength of, was
+// taken while only a freeze kept the one before fresh.
+func frozeChain(h *simHolding) bool {
+	for seen := map[*simHolding]bool{}; h != nil && !seen[h]; h = h.op.prev {
+		seen[h] = true
+		if h.op.frozeHeld {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *sim) excuseNewer(older, newer *simHolding) string {

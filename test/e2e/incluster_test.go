@@ -6,15 +6,18 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 )
 
@@ -304,8 +307,45 @@ func (s *icSystem) checkRBACPulled(h holder) holder {
 	if binding == nil {
 		t.Fatal("the chart's writer RoleBinding is missing")
 	}
-	if err := rbs.Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
+	// The guard refuses the pull under an armed writer (issue 17, class 6); to see what the
+	// election does when RBAC goes anyway (a cluster without the guard's RBAC entry), the entry
+	// is taken out for the pull and put back after.
+	err = rbs.Delete(ctx, binding.Name, metav1.DeleteOptions{})
+	if err == nil || !strings.Contains(err.Error(), "refusing to disarm") {
+		t.Fatalf("deleting the armed writer's RoleBinding: %v, want the guard's refusal", err)
+	}
+	vwcs := s.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	vwcList, err := vwcs.List(ctx, metav1.ListOptions{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, v := range vwcList.Items {
+		i := slices.IndexFunc(v.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) bool { return w.Name == "rbac.ehdb-election.noetl.io" })
+		if i < 0 {
+			continue
+		}
+		saved := v.Webhooks[i]
+		v.Webhooks = slices.Delete(v.Webhooks, i, i+1)
+		if _, err := vwcs.Update(ctx, &v, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		name := v.Name
+		t.Cleanup(func() {
+			cur, err := vwcs.Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				t.Errorf("restoring the RBAC entry: %v", err)
+				return
+			}
+			cur.Webhooks = append(cur.Webhooks, saved)
+			if _, err := vwcs.Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
+				t.Errorf("restoring the RBAC entry: %v", err)
+			}
+		})
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return rbs.Delete(ctx, binding.Name, metav1.DeleteOptions{}) == nil, nil
+	}); err != nil {
+		t.Fatalf("deleting the RoleBinding once the guard's RBAC entry is out: %v", err)
 	}
 	restarts := func() int32 {
 		pod, err := s.cs.CoreV1().Pods(s.ns).Get(ctx, writerPod0, metav1.GetOptions{})

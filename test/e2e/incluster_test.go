@@ -319,6 +319,7 @@ func (s *icSystem) checkRBACPulled(h holder) holder {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var restoreEntry []func()
 	for _, v := range vwcList.Items {
 		i := slices.IndexFunc(v.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) bool { return w.Name == "rbac.ehdb-election.noetl.io" })
 		if i < 0 {
@@ -330,15 +331,14 @@ func (s *icSystem) checkRBACPulled(h holder) holder {
 			t.Fatal(err)
 		}
 		name := v.Name
-		t.Cleanup(func() {
-			cur, err := vwcs.Get(context.Background(), name, metav1.GetOptions{})
+		restoreEntry = append(restoreEntry, func() {
+			cur, err := vwcs.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
-				t.Errorf("restoring the RBAC entry: %v", err)
-				return
+				t.Fatalf("restoring the RBAC entry: %v", err)
 			}
 			cur.Webhooks = append(cur.Webhooks, saved)
-			if _, err := vwcs.Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
-				t.Errorf("restoring the RBAC entry: %v", err)
+			if _, err := vwcs.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+				t.Fatalf("restoring the RBAC entry: %v", err)
 			}
 		})
 	}
@@ -390,6 +390,9 @@ func (s *icSystem) checkRBACPulled(h holder) holder {
 		t.Fatalf("after the binding is restored: %s epoch %d, want the same process %s above epoch %d", again.identity, again.epoch, h.identity, h.epoch)
 	}
 	t.Logf("RBAC restored: %s re-acquired with epoch %d", again.identity, again.epoch)
+	for _, f := range restoreEntry { // the guard's RBAC entry back, as the chart renders it
+		f()
+	}
 	return again
 }
 

@@ -52,11 +52,12 @@ func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Leas
 		// of that holding carries that holding's excuse.
 		op.frozeHeld = p.clk.frozeSince(p.lastSend) && float64(s.clk.Now().Sub(p.lastSend))*p.clk.rate >= float64(p.e.validFor)
 	}
-	if what == "update" && op.prev == nil && holderOf(req) == p.e.identity && s.rvHolding[req.ResourceVersion] != nil && s.rvHolding[req.ResourceVersion].op.p == p {
-		h := s.rvHolding[req.ResourceVersion]
+	if what == "update" && op.prev == nil && holderOf(req) == p.e.identity {
 		// A write over the record its own holding last wrote (a renewal that came after its
 		// token lapsed, taken at once as a new holding): no one else wrote in between.
-		op.prev = h
+		if h := s.rvHolding[req.ResourceVersion]; h != nil && h.op.p == p {
+			op.prev = h
+		}
 	}
 	if !s.loop {
 		s.ops <- op

@@ -489,8 +489,10 @@ func disarmsTheBoundWriter(body []byte) bool {
 	return false
 }
 
-// bindsTheWriter: raw is a RoleBinding of the chart's Role to the writer's ServiceAccount (ok:
-// it decodes).
+// bindsTheWriter: raw is a RoleBinding of the chart's Role with a subject the RBAC authorizer
+// applies to the writer's ServiceAccount (ok: it decodes). As the authorizer matches subjects
+// (plugin/pkg/auth/authorizer/rbac appliesToUser): the ServiceAccount itself, the User its token
+// authenticates as, or a Group the token carries.
 func bindsTheWriter(raw []byte) (binds, ok bool) {
 	var rb rbacv1.RoleBinding
 	if len(raw) == 0 || kjson.UnmarshalCaseSensitivePreserveInts(raw, &rb) != nil {
@@ -500,8 +502,19 @@ func bindsTheWriter(raw []byte) (binds, ok bool) {
 		return false, true
 	}
 	for _, s := range rb.Subjects {
-		if s.Kind == "ServiceAccount" && s.Name == wt.WriterSA && (s.Namespace == "" || s.Namespace == ns) {
-			return true, true
+		switch s.Kind {
+		case "ServiceAccount":
+			if s.Name == wt.WriterSA && (s.Namespace == "" || s.Namespace == ns) {
+				return true, true
+			}
+		case "User":
+			if s.Name == "system:serviceaccount:"+ns+":"+wt.WriterSA {
+				return true, true
+			}
+		case "Group":
+			if s.Name == "system:serviceaccounts" || s.Name == "system:serviceaccounts:"+ns || s.Name == "system:authenticated" {
+				return true, true
+			}
 		}
 	}
 	return false, true

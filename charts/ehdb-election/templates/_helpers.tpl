@@ -274,6 +274,25 @@ entry gets it at once); the rotator or cainjector stays its writer.
 {{- end }}
 
 {{/*
+ehdb-election.webhook.caBundleLeftLive: a JSON list of the entries whose caBundle is not rendered but
+left as the live object has it. Those are the entries of a configuration a chart that renders no
+caBundle (0.1.0) wrote, on the upgrade from it: `helm rollback` to that revision removes from the
+live object what the current revision's manifest holds and the target's lacks (Helm's three-way
+merge), so a caBundle rendered into them here would be emptied by the rollback, and every call fail
+until the rotator put it back. The upgrade's own patch leaves them alone (neither manifest has one);
+entries that chart lacked still get it (the rollback removes them whole). The cost: a `--force`
+upgrade from 0.1.0 PUTs those entries without it (README "Limits").
+*/}}
+{{- define "ehdb-election.webhook.caBundleLeftLive" -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" (include "ehdb-election.webhook.configName" .) }}
+{{- $names := list }}
+{{- if has (dig "metadata" "labels" "helm.sh/chart" "" $live) (list "ehdb-election-0.1.0") }}
+{{- range ($live.webhooks | default list) }}{{ $names = append $names .name }}{{ end }}
+{{- end }}
+{{- toJson $names }}
+{{- end }}
+
+{{/*
 CEL for the RBAC entries' matchConditions (the webhook judges the effect; these only keep changes that
 cannot take lease access or a token away from reaching it). Every optional field is guarded by has().
 ehdb-election.cel.rulesMayGrantLeases: the rules of the object at the path given may allow get, create

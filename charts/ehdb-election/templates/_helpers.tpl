@@ -194,6 +194,9 @@ installs that skip schema validation.
 {{- if hasKey .Values.webhook "objectSelector" }}
 {{- fail "webhook.objectSelector was removed: an object selector lets an object opt out of the guard by its own labels (a per-object bypass). Scope the guard by namespace (webhook.guardedNamespaces, webhook.excludeNamespaces, webhook.namespaceSelector) instead" }}
 {{- end }}
+{{- if and (has "*" .Values.webhook.guardedNamespaces) (gt (len .Values.webhook.guardedNamespaces) 1) }}
+{{- fail (printf "webhook.guardedNamespaces: \"*\" (every namespace) stands alone; it was given with %v, which would not narrow it. List \"*\" or the namespaces, not both" (without .Values.webhook.guardedNamespaces "*")) }}
+{{- end }}
 {{- $exprs := list }}
 {{- if not (has "*" .Values.webhook.guardedNamespaces) }}
 {{- $guarded := prepend .Values.webhook.guardedNamespaces .Release.Namespace | uniq }}

@@ -445,9 +445,12 @@ func deployment(s *appsv1.StatefulSet) *appsv1.Deployment {
 		Spec:       appsv1.DeploymentSpec{Selector: s.Spec.Selector, Template: s.Spec.Template}}
 }
 
+// pod is the writer's pod template as a Pod its StatefulSet made, as the API server hands it to
+// webhooks: after the ServiceAccount admission plugin (saAdmitted).
 func pod(s *appsv1.StatefulSet, name string) *corev1.Pod {
-	return &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+	s = s.DeepCopy()
+	return saAdmitted(&corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: s.Spec.Template.Labels, OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: "u", Controller: ptr.To(true)}}},
-		Spec: s.Spec.Template.Spec}
+		Spec: s.Spec.Template.Spec})
 }

@@ -198,7 +198,7 @@ func TestPolicy(t *testing.T) {
 			allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"cannot be known"}, lookups: -1},
 		{name: "envFrom a Secret is unknowable", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING"), unsetEnv("NOETL_EHDB_ELECTION"),
 			envFrom(corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}})},
-			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable},
+			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable}, warn: []string{"if KUBERNETES_SERVICE_HOST or KUBERNETES_SERVICE_PORT is set by envFrom Secret"},
 			msg: []string{`envFrom Secret \"db\"`, "the election's namespace cannot be known",
 				`Note: container \"noetl-worker\" count(s) as armed only because NOETL_EHDB_FENCING cannot be known`, "env overrides envFrom"}, lookups: -1},
 		{name: "envFrom a Secret, election settings in env", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING"),

@@ -202,7 +202,8 @@ func TestTheContainerAuthenticatesAsItsAccount(t *testing.T) {
 			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{`audience \"vault\"`}, lookups: -1},
 		{name: "automount off and the token projected elsewhere", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("tokens", kubeAPIAccess("")), at("/var/run/secrets/tokens"))},
 			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"nothing is mounted at " + saDir + "/token"}, lookups: -1},
-		{name: "automount off and a token without the cluster's CA", sts: []func(*appsv1.StatefulSet){noAutomount, projectedToken(true)},
+		{name: "automount off and a token without the cluster's CA", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("tok", &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}), at(saDir))},
 			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{saDir + "/ca.crt"}, lookups: -1},
 		{name: "a mount whose subPathExpr is decided at run time", sts: []func(*appsv1.StatefulSet){volume(projected("tok", kubeAPIAccess("")), corev1.VolumeMount{MountPath: saDir, SubPathExpr: "$(POD_NAME)"})},
 			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"subPathExpr"}, lookups: -1},
@@ -242,7 +243,7 @@ func TestTheContainerAuthenticatesAsItsAccount(t *testing.T) {
 			now.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox",
 				Env: []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}, {Name: "NOETL_EHDB_ELECTION", Value: "true"}, {Name: "NOETL_EHDB_ELECTION_SHARD", Value: "0"}}}}}
 			return webhook.Input{Operation: admissionv1.Update, Subresource: "ephemeralcontainers", Object: workload(t, gvkPod, now), Old: workload(t, gvkPod, old)}
-		}, unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{`ephemeral container \"debug\"`, "nothing is mounted at " + saDir + "/token"}, lookups: -1},
+		}, unmet: []webhook.Reason{webhook.ReasonNoToken, webhook.ReasonElectionUnknowable}, msg: []string{`ephemeral container \"debug\"`, "nothing is mounted at " + saDir + "/token", "reads " + saDir + "/namespace"}, lookups: -1},
 		{name: "an armed ephemeral container that mounts the pod's token volume", input: func(t testing.TB) webhook.Input {
 			old := (pod(sts(wt.ServiceAccount(wt.WriterSA), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0")), wt.WriterName+"-0"))
 			now := old.DeepCopy()
@@ -276,7 +277,8 @@ func TestTheElectionTalksToTheCheckedAPIServer(t *testing.T) {
 			unmet: []webhook.Reason{webhook.ReasonOtherAPIServer}, lookups: -1},
 		{name: "KUBERNETES_SERVICE_HOST from a Secret key", sts: []func(*appsv1.StatefulSet){envVar(secretKey("KUBERNETES_SERVICE_HOST", "net", "host"))},
 			unmet: []webhook.Reason{webhook.ReasonOtherAPIServer}, lookups: -1},
-		{name: "an envFrom Secret may set it: admitted, and said", sts: []func(*appsv1.StatefulSet){envFrom(secretFrom(""))},
+		{name: "an envFrom Secret may set it: admitted, and said", sts: []func(*appsv1.StatefulSet){envFrom(secretFrom("")),
+			wt.SetEnv("NOETL_EHDB_ELECTION_NAMESPACE", ns), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0")},
 			allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"KUBERNETES_SERVICE_HOST"}, lookups: -1},
 		{name: "an envFrom Secret under a prefix cannot set it", sts: []func(*appsv1.StatefulSet){envFrom(secretFrom("DB_"))},
 			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},

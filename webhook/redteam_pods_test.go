@@ -293,3 +293,27 @@ func TestTheElectionTalksToTheCheckedAPIServer(t *testing.T) {
 		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
 	}
 }
+
+// TestConfigMapChangeVerifiesAReaderPodsOwner: a Pod armed by a ConfigMap edit at its next
+// container start is exempt from the order check only by an owner the webhook verified, as on
+// its own review: a Pod naming a StatefulSet that does not exist is order-checked.
+func TestConfigMapChangeVerifiesAReaderPodsOwner(t *testing.T) {
+	cmKind := metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	cm := func(fencing string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: ns},
+			Data: map[string]string{"fencing": fencing}}
+	}
+	reader := pod(sts(wt.ServiceAccount(wt.WriterSA), wt.ElectionOn(), envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false))), "ghost-9")
+	reader.OwnerReferences[0].Name, reader.OwnerReferences[0].UID = "ghost", "ghost-uid" // no such StatefulSet
+	cluster := goodCluster()
+	h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Readers: fakeReaders(t, reader), Owners: fakeOwners{owners: map[string]runtime.Object{}}}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+	t.Cleanup(srv.Close)
+	_, out, raw := post(t, srv.URL, "application/json", configMapReview(t, admissionv1.Update, cmKind, cm("enforce"), cm("shadow")))
+	if out.Response == nil || out.Response.Allowed {
+		t.Fatalf("a ConfigMap edit arming a Pod with a forged owner was admitted: %s", raw)
+	}
+	if !strings.Contains(out.Response.Result.Message, "ehdb-shard-00000009 (shard 9) does not exist") {
+		t.Fatalf("want the order check: %s", raw)
+	}
+}

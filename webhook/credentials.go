@@ -42,6 +42,9 @@ func (d *Decision) checkAPIServer(v *containerView) {
 		val, set := v.env.Lookup(name)
 		switch {
 		case !set:
+		case val.Known() && val.Text == "$("+name+")":
+			// Left literal by the guard's expansion, so nothing before it set the name: the
+			// kubelet expands it to its own service variable (makeEnvironmentVariables).
 		case !v.env.setByContainer(name):
 			maybe, from = append(maybe, name), from.merge(val.Unknown)
 		default:
@@ -124,15 +127,13 @@ func namespaceFileProblem(w *Workload, v *containerView, automount bool) string 
 		return ""
 	}
 	f := fileAt(w.Pod.Spec, mountsAsRun(w, v, automount), saDir+"/namespace")
-	if f.problem != "" {
-		return f.target + ": " + f.problem
+	switch p, why := only(f); {
+	case why != "":
+		return f.target + ": " + why
+	case p.kind != "downwardAPI" || p.field != "metadata.namespace":
+		return f.target + ": " + f.describe()
 	}
-	for _, p := range providers(f) {
-		if p.kind == "downwardAPI" && p.field == "metadata.namespace" {
-			return ""
-		}
-	}
-	return f.target + ": " + f.describe()
+	return ""
 }
 
 // mountsAsRun is the container's volume mounts as the pod will run: for a pod template, with the

@@ -285,8 +285,10 @@ func TestTheElectionTalksToTheCheckedAPIServer(t *testing.T) {
 		{name: "a reference to the kubelet's own variable is the kubelet's value", sts: []func(*appsv1.StatefulSet){wt.SetEnv("KUBERNETES_SERVICE_HOST", "$(KUBERNETES_SERVICE_HOST)")},
 			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
 		{name: "the same reference after a ConfigMap set the name is the ConfigMap's value", sts: []func(*appsv1.StatefulSet){envFrom(cmEnvFrom("net", "")), wt.SetEnv("KUBERNETES_SERVICE_HOST", "$(KUBERNETES_SERVICE_HOST)")},
-			cluster: func(r *wt.Resolver) { r.ConfigMaps = map[string]map[string]string{"net": {"KUBERNETES_SERVICE_HOST": "10.0.0.99"}} },
-			unmet:   []webhook.Reason{webhook.ReasonOtherAPIServer}, msg: []string{`KUBERNETES_SERVICE_HOST=\"10.0.0.99\"`}, lookups: -1},
+			cluster: func(r *wt.Resolver) {
+				r.ConfigMaps = map[string]map[string]string{"net": {"KUBERNETES_SERVICE_HOST": "10.0.0.99"}}
+			},
+			unmet: []webhook.Reason{webhook.ReasonOtherAPIServer}, msg: []string{`KUBERNETES_SERVICE_HOST=\"10.0.0.99\"`}, lookups: -1},
 		{name: "an unarmed container may point anywhere", sts: []func(*appsv1.StatefulSet){unarmedPod, wt.SetEnv("KUBERNETES_SERVICE_HOST", "10.0.0.99")},
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 		{name: "another container's override does not matter", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {

@@ -134,7 +134,19 @@ func TestHandlerVerifiesAPodsOwner(t *testing.T) {
 	armed.UID = "sts-uid"
 	unarmed := sts(wt.ServiceAccount(wt.WriterSA))
 	unarmed.Name, unarmed.UID = "unarmed", "unarmed-uid"
-	owners := fakeOwners{owners: map[string]runtime.Object{"StatefulSet/" + ns + "/" + armed.Name: armed, "StatefulSet/" + ns + "/unarmed": unarmed}}
+	idx := indexedJob(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...))
+	idx.Name, idx.UID = "idx", "job-uid"
+	owners := fakeOwners{owners: map[string]runtime.Object{"StatefulSet/" + ns + "/" + armed.Name: armed, "StatefulSet/" + ns + "/unarmed": unarmed, "Job/" + ns + "/idx": idx}}
+	// jobPod is the Indexed Job's Pod as its controller makes it: JOB_COMPLETION_INDEX added.
+	jobPod := func(extra ...corev1.EnvVar) *corev1.Pod {
+		p := pod(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...), "idx-0-abcde")
+		p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "batch/v1", "Job", "idx", "job-uid"
+		c := &p.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: "JOB_COMPLETION_INDEX", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1",
+			FieldPath: "metadata.labels['batch.kubernetes.io/job-completion-index']"}}})
+		c.Env = append(c.Env, extra...)
+		return p
+	}
 	podOf := func(owner string, uid string, edit func(*corev1.Pod)) *corev1.Pod {
 		p := pod(sts(compliant()...), owner+"-0")
 		p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = owner, types.UID(uid)
@@ -162,6 +174,8 @@ func TestHandlerVerifiesAPodsOwner(t *testing.T) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "istio-proxy", Image: "proxy", Env: []corev1.EnvVar{{Name: "ISTIO_META", Value: "x"}}})
 		}), true, ""},
 		{"a Pod whose owner the webhook cannot fetch fails open, saying so", fakeOwners{unknown: true}, podOf(armed.Name, "sts-uid", nil), true, ""},
+		{"an Indexed Job's Pod with the JOB_COMPLETION_INDEX its controller adds is exempt", owners, jobPod(), true, ""},
+		{"an Indexed Job's Pod with more env than that is order-checked", owners, jobPod(corev1.EnvVar{Name: "NOETL_EHDB_ELECTION_SHARD", Value: "0"}), false, orderChecked},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -69,6 +70,39 @@ func TestRedTeamWhatRuns(t *testing.T) {
 		waitFor(t, 60*time.Second, "the StatefulSet controller's Pods real-0 and real-1", func(ctx context.Context) (bool, error) {
 			ps, err := cs.CoreV1().Pods(rt.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=real"})
 			return err == nil && len(ps.Items) == 2, nil
+		})
+		// An Indexed Job's Pod carries the JOB_COMPLETION_INDEX its controller adds: still its Job's,
+		// so exempt from the order check. Shard 5's Lease is live (2 s) when the suspended Job is
+		// armed, and has lapsed when the Job is resumed and its controller makes the Pod: only the
+		// exemption admits it.
+		l := wt.LiveLease(rt.ns, 5, time.Now(), 1)
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](2)
+		if _, err := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(rt.ns).Create(ctx, l, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tpl := rt.writer("idx", wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "5")).Spec.Template
+		tpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "idx"}, Spec: batchv1.JobSpec{Suspend: ptr.To(true),
+			CompletionMode: ptr.To(batchv1.IndexedCompletion), Completions: ptr.To[int32](1), Template: tpl}}
+		waitFor(t, 30*time.Second, "the armed, suspended Indexed Job of shard 5 admitted while its Lease is live", func(ctx context.Context) (bool, error) {
+			_, err := cs.BatchV1().Jobs(rt.ns).Create(ctx, j, metav1.CreateOptions{})
+			return err == nil, nil
+		})
+		waitFor(t, 30*time.Second, "shard 5's Lease lapsed", func(ctx context.Context) (bool, error) {
+			_, err := cs.CoreV1().Pods(rt.ns).Create(ctx, podOf("lapsed-5"), dryRunCreate)
+			return err != nil, nil
+		})
+		job, err := cs.BatchV1().Jobs(rt.ns).Get(ctx, "idx", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		job.Spec.Suspend = ptr.To(false)
+		if _, err := cs.BatchV1().Jobs(rt.ns).Update(ctx, job, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("resuming the Job: %v", err)
+		}
+		waitFor(t, 60*time.Second, "the Job controller's Pod of index 0", func(ctx context.Context) (bool, error) {
+			ps, err := cs.CoreV1().Pods(rt.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=idx"})
+			return err == nil && len(ps.Items) == 1, nil
 		})
 	})
 

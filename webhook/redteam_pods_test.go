@@ -287,6 +287,11 @@ func TestTheElectionTalksToTheCheckedAPIServer(t *testing.T) {
 				r.ConfigMaps = map[string]map[string]string{"net": {"KUBERNETES_SERVICE_PORT": "6443"}}
 			},
 			unmet: []webhook.Reason{webhook.ReasonOtherAPIServer}, msg: []string{"KUBERNETES_SERVICE_PORT"}, lookups: -1},
+		{name: "KUBERNETES_SERVICE_HOST made of an envFrom prefix and a ConfigMap key", sts: []func(*appsv1.StatefulSet){envFrom(cmEnvFrom("net", "KUBERNETES_"))},
+			cluster: func(r *wt.Resolver) {
+				r.ConfigMaps = map[string]map[string]string{"net": {"SERVICE_HOST": "10.0.0.99"}}
+			},
+			unmet: []webhook.Reason{webhook.ReasonOtherAPIServer}, msg: []string{"KUBERNETES_SERVICE_HOST"}, lookups: -1},
 		{name: "KUBERNETES_SERVICE_HOST emptied: client-go is then not in a cluster", sts: []func(*appsv1.StatefulSet){envVar(corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST"})},
 			unmet: []webhook.Reason{webhook.ReasonOtherAPIServer}, lookups: -1},
 		{name: "KUBERNETES_SERVICE_HOST from a Secret key", sts: []func(*appsv1.StatefulSet){envVar(secretKey("KUBERNETES_SERVICE_HOST", "net", "host"))},
@@ -336,5 +341,38 @@ func TestConfigMapChangeVerifiesAReaderPodsOwner(t *testing.T) {
 	}
 	if !strings.Contains(out.Response.Result.Message, "ehdb-shard-00000009 (shard 9) does not exist") {
 		t.Fatalf("want the order check: %s", raw)
+	}
+}
+
+// TestConfigMapChangeCannotRedirectAnArmedReader: the ConfigMap an armed writer reads its env from
+// is reviewed on every change (no matchCondition), and an edit that makes the writer's election
+// dial another API server is refused like the same value in the writer's own env. (configMapReview
+// names the request "flags".)
+func TestConfigMapChangeCannotRedirectAnArmedReader(t *testing.T) {
+	cmKind := metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	cm := func(data map[string]string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: ns}, Data: data}
+	}
+	reader := sts(append(compliant(), envFrom(cmEnvFrom("flags", "")))...)
+	h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Readers: fakeReaders(t, reader)}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		name    string
+		now     map[string]string
+		allowed bool
+	}{
+		{"an unrelated key", map[string]string{"LOG_LEVEL": "debug"}, true},
+		{"KUBERNETES_SERVICE_HOST added", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.99"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, out, raw := post(t, srv.URL, "application/json", configMapReview(t, admissionv1.Update, cmKind, cm(tc.now), cm(map[string]string{})))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, `KUBERNETES_SERVICE_HOST="10.0.0.99"`) {
+				t.Fatalf("want the API server named: %s", raw)
+			}
+		})
 	}
 }

@@ -73,8 +73,10 @@
 //     from a watch) as it will run after the change: arming is a transition (order check); an armed
 //     reader must still meet every requirement, so turning its election off is refused with the
 //     removal order (enforce → shadow first), and a shard or namespace it moves to faces the order
-//     check. A bare Pod armed this way gets the order check too; a reader whose controller reads the
-//     ConfigMap with the same environment is judged through the controller (configmap.go).
+//     check. A bare Pod armed this way gets the order check too, each reader's owner verified as on
+//     its own review; an edit that makes an armed reader dial another API server is refused like
+//     the same value in its env; a reader whose controller reads the ConfigMap with the same
+//     environment is judged through the controller (configmap.go).
 //   - Owner exemptions (2). An owner exempts an object from the order check only when the webhook
 //     fetched it (with the UID the object names) and its pod template, which the guard judged, is
 //     semantically the object's, up to the labels the copy gains (a ReplicaSet's pod-template-hash;

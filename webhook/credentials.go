@@ -64,6 +64,21 @@ func (d *Decision) checkAPIServer(v *containerView) {
 	if len(maybe) > 0 {
 		d.warn(truncate(fmt.Sprintf("%s: if %s is set by %s, its election dials that address, not the API server whose Leases the guard checked.", v.label(), strings.Join(maybe, " or "), truncate(from.String(), 80)), 240))
 	}
+	if arg, ok := kubeconfigArg(v.c); ok {
+		d.warn(truncate(fmt.Sprintf("%s passes %s: ehdb-writer then builds its client from that kubeconfig, not the in-cluster configuration the guard judged, and the guard cannot tell which API server it names.", v.label(), quote(arg)), 240))
+	}
+}
+
+// kubeconfigArg finds a --kubeconfig flag (Go's flag package also takes -kubeconfig) in the
+// container's command or args: cmd/ehdb-writer then ignores the in-cluster configuration.
+func kubeconfigArg(c *corev1.Container) (string, bool) {
+	for _, a := range append(append([]string(nil), c.Command...), c.Args...) {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "kubeconfig" {
+			return a, true
+		}
+	}
+	return "", false
 }
 
 // checkToken requires each armed container to hold its ServiceAccount's token and the cluster's

@@ -133,7 +133,7 @@
 // run time) counts as armed: the guard errs on the side of asking for the requirements. Out of its
 // reach: ENV baked into the image, and pods made by controllers it does not know (custom resources);
 // a writer that builds its client from its own configuration (a kubeconfig file or flag) rather
-// than the in-cluster one; proxy variables (HTTPS_PROXY) on the way to the checked API server; static
+// than the in-cluster one (warned when an armed container passes --kubeconfig, ehdb-writer's flag); proxy variables (HTTPS_PROXY) on the way to the checked API server; static
 // Pods (the kubelet runs them whatever admission says of their mirror Pod); and
 // what a mutating webhook does to a workload's Pods, seen only when each Pod is reviewed (ours is
 // a validating webhook, so it sees every Pod after all mutation: such a Pod is refused, and the

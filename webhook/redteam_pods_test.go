@@ -308,6 +308,9 @@ func TestTheElectionTalksToTheCheckedAPIServer(t *testing.T) {
 				r.ConfigMaps = map[string]map[string]string{"net": {"KUBERNETES_SERVICE_HOST": "10.0.0.99"}}
 			},
 			unmet: []webhook.Reason{webhook.ReasonOtherAPIServer}, msg: []string{`KUBERNETES_SERVICE_HOST=\"10.0.0.99\"`}, lookups: -1},
+		{name: "a --kubeconfig argument: its own client configuration is said", sts: []func(*appsv1.StatefulSet){container(func(c *corev1.Container) {
+			c.Args = []string{"--metrics-addr=:9090", "--kubeconfig=/etc/writer/kubeconfig"}
+		})}, allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"--kubeconfig=/etc/writer/kubeconfig\": ehdb-writer then builds its client"}, lookups: -1},
 		{name: "an unarmed container may point anywhere", sts: []func(*appsv1.StatefulSet){unarmedPod, wt.SetEnv("KUBERNETES_SERVICE_HOST", "10.0.0.99")},
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 		{name: "another container's override does not matter", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {

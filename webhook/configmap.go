@@ -74,6 +74,11 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 			break
 		}
 		judged++
+		// The reader's owner exempts it only when verified, as on the reader's own review (a copy:
+		// the watch's object is shared).
+		cp := *w
+		w = &cp
+		h.verifyOwner(w)
 		load := newReviewLoad(start, w)
 		d, n := Evaluate(withReviewLoad(ctx, load), h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change, Budget: NewBudget(h.WorkBudget)}, h.Policy, h.now())
 		load.release()

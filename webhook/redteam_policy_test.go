@@ -37,7 +37,7 @@ func noAutomount(s *appsv1.StatefulSet) {
 func projectedToken(mount bool) func(*appsv1.StatefulSet) {
 	return func(s *appsv1.StatefulSet) {
 		s.Spec.Template.Spec.Volumes = append(s.Spec.Template.Spec.Volumes, corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{
-			Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}})
+			Projected: kubeAPIAccess("")}})
 		if mount {
 			c := &s.Spec.Template.Spec.Containers[0]
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "token", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
@@ -80,7 +80,7 @@ func TestPolicyRedTeam(t *testing.T) {
 					c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("V%d", i), Value: "$(NOETL_EHDB_ELECTION)$(HOSTNAME)"})
 				}
 			}},
-			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable}, msg: []string{"1996 more source(s)"}, lookups: -1},
+			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable}, msg: []string{"1996 more source(s)"}, warn: []string{"KUBERNETES_SERVICE_HOST"}, lookups: -1},
 		{name: "1500 Secret prefixes of distinct lengths, 300 long references: bounded by the work budget", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {
 			// Within the API server's 3 MiB: every lookup of a 1600-byte name must try 1500 prefixes.
 			c := &s.Spec.Template.Spec.Containers[0]

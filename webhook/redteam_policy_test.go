@@ -71,6 +71,19 @@ func TestPolicyRedTeam(t *testing.T) {
 				s.Spec.Template.Spec.Containers[0].EnvFrom = append(s.Spec.Template.Spec.Containers[0].EnvFrom, cmEnvFrom("cm-"+strings.Repeat("x", i), ""))
 			}
 		}}, unmet: []webhook.Reason{webhook.ReasonTooComplex}, msg: []string{"33 ConfigMaps", "at most 32"}, lookups: 0},
+		// env overrides envFrom (the kubelet applies env last, the last entry of a name winning): a
+		// literal NOETL_EHDB_FENCING=off leaves nothing in the ConfigMaps to arm it. It was refused as
+		// too complex.
+		{name: "33 ConfigMaps under a literal fencing=off: unarmed for certain", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {
+			for i := range 33 {
+				s.Spec.Template.Spec.Containers[0].EnvFrom = append(s.Spec.Template.Spec.Containers[0].EnvFrom, cmEnvFrom("cm-"+strings.Repeat("x", i), ""))
+			}
+		}, wt.SetEnv("NOETL_EHDB_FENCING", "off")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+		{name: "33 ConfigMaps under a fencing value that refers to them: judged too complex", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {
+			for i := range 33 {
+				s.Spec.Template.Spec.Containers[0].EnvFrom = append(s.Spec.Template.Spec.Containers[0].EnvFrom, cmEnvFrom("cm-"+strings.Repeat("x", i), ""))
+			}
+		}, wt.SetEnv("NOETL_EHDB_FENCING", "$(MODE)")}, unmet: []webhook.Reason{webhook.ReasonTooComplex}, msg: []string{"33 ConfigMaps"}, lookups: 0},
 
 		{name: "2000 Secret sources and 2000 references: resolved without quadratic work", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING"), unsetEnv("NOETL_EHDB_ELECTION"),
 			func(s *appsv1.StatefulSet) {

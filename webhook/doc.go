@@ -91,6 +91,10 @@
 //   - Wrong refusals (5). A ConfigMap, or a key, that does not exist arms nothing now: no container
 //     that needs it starts until it exists, and the create or update that brings it is a reviewed
 //     ConfigMap change judged for every reader. A workload applied before its ConfigMap is admitted.
+//     Limits count only what can arm: a ConfigMap change is judged for the readers it can move (a
+//     changed key the guard reads for them, or the map appearing or going under a required
+//     reference), and a container whose env fixes the fencing switch to a literal other than
+//     enforce reads no ConfigMap for the guard (env overrides envFrom, the last entry winning).
 //   - Scope (8). A review the webhook's watches cannot answer is "could not verify", never "read by
 //     no one" or "owner trusted": ScopedReaders refuses a ConfigMap outside the watched namespaces,
 //     an owner or a scaled StatefulSet the watches do not hold is unknown, and cmd/webhook compares

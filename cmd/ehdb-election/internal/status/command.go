@@ -351,7 +351,9 @@ The view needs %s on resource "leases" (API group "coordination.k8s.io") in name
 and your identity lacks it. Grant it with a Role, e.g.:
   kubectl create role ehdb-election-status -n %s --verb=%s --resource=leases.coordination.k8s.io
   kubectl create rolebinding ehdb-election-status -n %s --role=ehdb-election-status %s
-(--scrape also needs verb "get" on "pods/proxy".)`, apiMessage(err), needs, ns, ns, verbs, ns, subjectFlag(apiMessage(err))), ExitDenied
+or, where the ehdb-election chart is installed (it adds lease reading to the built-in view role):
+  kubectl create rolebinding ehdb-election-view -n %s --clusterrole=view %s
+(--scrape also needs verb "get" on "pods/proxy".)`, apiMessage(err), needs, ns, ns, verbs, ns, subjectFlag(apiMessage(err)), ns, subjectFlag(apiMessage(err))), ExitDenied
 	case apierrors.IsUnauthorized(err):
 		return fmt.Sprintf("error: the API server at %s rejected the kubeconfig's credentials (401 Unauthorized): %s\nRenew them (log in again) or choose another --context.", host, apiMessage(err)), ExitDenied
 	case errors.As(err, &status):

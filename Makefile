@@ -42,7 +42,7 @@ chart-lock: ## Record the chart's version and contents (after bumping Chart.yaml
 	$(GO) run ./hack/release lock-chart
 
 .PHONY: release
-release: ## The release: images (OCI archive + digests) and the chart package pinned to them, in dist/
+release: ## The release in dist/: images (OCI archive + digests), the chart package pinned to them, the status CLI
 	$(GO) run ./hack/release build -repo $(IMAGE_REPO) -out $(DIST)
 
 .PHONY: helm

@@ -85,10 +85,15 @@ func hasPendingConfigMaps(in Input, c *corev1.Container, f *Facts) bool {
 }
 
 // tooManyConfigMaps returns the number of distinct ConfigMaps w's containers read when it is
-// above the policy's limit, else 0.
+// above the policy's limit, else 0. A container whose own env fixes the fencing switch to a literal
+// other than enforce is left out: the kubelet applies env after envFrom, the last entry of a name
+// winning, so nothing its ConfigMaps hold can arm it, and the guard reads none of them for it.
 func tooManyConfigMaps(w *Workload, p Policy) int {
 	seen := map[string]bool{}
 	for _, c := range w.Containers() {
+		if unarmedLiterally(c) {
+			continue
+		}
 		for _, f := range c.EnvFrom {
 			if f.ConfigMapRef != nil {
 				seen[f.ConfigMapRef.Name] = true
@@ -104,4 +109,17 @@ func tooManyConfigMaps(w *Workload, p Policy) int {
 		return len(seen)
 	}
 	return 0
+}
+
+// unarmedLiterally reports whether c's last env entry for the fencing switch is a literal that is
+// not enforce and refers to nothing ($( ... ) could expand to anything).
+func unarmedLiterally(c *corev1.Container) bool {
+	for i := len(c.Env) - 1; i >= 0; i-- {
+		e := &c.Env[i]
+		if e.Name != EnvFencing {
+			continue
+		}
+		return e.ValueFrom == nil && !strings.Contains(e.Value, "$(") && !strings.EqualFold(strings.TrimSpace(e.Value), "enforce")
+	}
+	return false
 }

@@ -55,7 +55,7 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 		h.Metrics.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
 		return admission.Denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
 	}
-	readers = judgedThroughController(readers)
+	readers = judgedThroughController(affectedReaders(change, readers))
 	ctx, cancel := h.deadline(ctx)
 	defer cancel()
 	var denials []Decision
@@ -74,6 +74,11 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 			break
 		}
 		judged++
+		// The reader's owner exempts it only when verified, as on the reader's own review (a copy:
+		// the watch's object is shared).
+		cp := *w
+		w = &cp
+		h.verifyOwner(w)
 		load := newReviewLoad(start, w)
 		d, n := Evaluate(withReviewLoad(ctx, load), h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change, Budget: NewBudget(h.WorkBudget)}, h.Policy, h.now())
 		load.release()
@@ -97,6 +102,57 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 		msg += fmt.Sprintf("\n(and %d more object(s) reading ConfigMap %s/%s are refused likewise)", len(denials)-1, req.Namespace, change.Name)
 	}
 	return admission.Denied(msg).WithWarnings(warnings...)
+}
+
+// affectedReaders keeps the readers whose judgement the change can move. A reader is judged when
+// a key whose value the change sets, alters or removes is one the guard reads for it (the filter of
+// configMapNeeds: read under a name the guard reads, or one a literal value of its container refers
+// to — the kubelet expands $(NAME) in literal values only, never in values taken from a ConfigMap),
+// or when the ConfigMap appears or goes and the reader's reference to it is not optional (the kubelet
+// starts none of its containers without it). Any other change can neither arm nor disarm a reader,
+// so an edit of a ConfigMap many workloads share costs no judgement and meets no reader limit.
+func affectedReaders(change *ConfigMapChange, readers []*Workload) []*Workload {
+	appears := change.Old.NotFound != change.New.NotFound
+	var changed []string
+	for k, v := range change.New.Data {
+		if old, ok := change.Old.Data[k]; !ok || old != v {
+			changed = append(changed, k)
+		}
+	}
+	for k := range change.Old.Data {
+		if _, ok := change.New.Data[k]; !ok {
+			changed = append(changed, k)
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(readers), func(w *Workload) bool {
+		if appears && requiresConfigMap(w, change.Name) {
+			return false
+		}
+		f := configMapNeeds(w)[change.Name]
+		if f == nil {
+			return false // read in a way the filter does not describe: judged
+		}
+		return !slices.ContainsFunc(changed, f.keep)
+	})
+}
+
+// requiresConfigMap reports whether a container of w reads ConfigMap name without optional: true.
+func requiresConfigMap(w *Workload, name string) bool {
+	for _, c := range containerSources(w) {
+		for _, from := range c.envFrom {
+			if r := from.ConfigMapRef; r != nil && r.Name == name && (r.Optional == nil || !*r.Optional) {
+				return true
+			}
+		}
+		for _, e := range c.env {
+			if e.ValueFrom != nil {
+				if r := e.ValueFrom.ConfigMapKeyRef; r != nil && r.Name == name && (r.Optional == nil || !*r.Optional) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // judgedThroughController drops the readers whose controller is itself among the readers and runs

@@ -9,11 +9,12 @@ import (
 
 // guardReadPrefix and guardReadNames are every variable the guard and election.ParseConfig read
 // from a container's environment (the fencing switch, the election's settings, the shard's
-// HOSTNAME fallback and the namespace's POD_NAMESPACE fallback); anything else matters only when
-// one of them refers to it with $(NAME). TestConfigMapNeedsCoverWhatTheParserReads pins this.
+// HOSTNAME fallback, the namespace's POD_NAMESPACE fallback, and the API server's address that
+// client-go's in-cluster configuration dials); anything else matters only when one of them
+// refers to it with $(NAME). TestConfigMapNeedsCoverWhatTheParserReads pins this.
 const guardReadPrefix = "NOETL_"
 
-var guardReadNames = []string{"HOSTNAME", "POD_NAMESPACE"}
+var guardReadNames = append([]string{"HOSTNAME", "POD_NAMESPACE"}, apiServerVars...)
 
 // keyFilter says which keys of one ConfigMap can change what the guard decides for the review's
 // workloads: a key another container reads under a name the guard reads (envFrom under its

@@ -144,7 +144,20 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 			}
 		}
 	}
-	d.checkToken(w, where, saName, saFact, armed)
+	if automount, from, known := automountOf(w, where, saName, saFact); known {
+		d.checkToken(w, where, saName, automount, from, armed)
+		for i := range elections {
+			if !elections[i].namespaceFromFile {
+				continue
+			}
+			if p := namespaceFileProblem(w, armed[i], automount); p != "" {
+				elections[i].namespace = Value{Unknown: &Unknown{Reasons: []string{"with no namespace in its environment the election reads " + p}}}
+			}
+		}
+	}
+	for _, v := range armed {
+		d.checkAPIServer(v)
+	}
 	namespaces := map[string][]uint32{}
 	shardsKnown := map[string]bool{}
 	for i, ev := range elections {
@@ -173,6 +186,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	}
 
 	// 3. The order check, on every shard the object arms that was not armed before.
+	ordered := len(d.Unmet)
 	if scope.applies {
 		for i, ev := range elections {
 			if !ev.namespace.Known() || ev.tooMany > 0 || (ev.enabled && ev.shardCertain) {
@@ -188,6 +202,13 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 				continue
 			}
 			d.checkLeases(f, ev.namespace.Text, scope.added(ev.namespace.Text, ev.shards))
+		}
+	}
+	if w.OwnerUnverified != "" {
+		// The guard could not look at the owner that may have been judged: not a finding.
+		for i := ordered; i < len(d.Unmet); i++ {
+			d.Unmet[i].Reason = ReasonCouldNotVerify
+			d.Unmet[i].Problem = truncate("could not verify that "+w.OwnerUnverified+" was order-checked for this Pod, and "+d.Unmet[i].Problem, 400)
 		}
 	}
 	if w.Controller != "" && !w.Exempt && in.ConfigMapChange == nil && in.RBACChange == nil {

@@ -30,7 +30,10 @@ const (
 	ReasonLeaseNotLive          Reason = "lease_not_live"
 	ReasonCouldNotVerify        Reason = "could_not_verify"
 	ReasonNoToken               Reason = "no_token"
-	ReasonTooComplex            Reason = "too_complex"
+	// ReasonOtherAPIServer: the container's election would dial another API server than the one
+	// whose Leases the guard checks (credentials.go).
+	ReasonOtherAPIServer Reason = "other_api_server"
+	ReasonTooComplex     Reason = "too_complex"
 	// ReasonInternalError is a recovered panic (a bug in the guard).
 	ReasonInternalError Reason = "internal_error"
 	// ReasonUnverifiedPod allows a Pod the guard could not verify because its own lookups
@@ -46,7 +49,7 @@ var AllowReasons = []Reason{ReasonUnarmed, ReasonRequirementsMet, ReasonNoOpinio
 var DenialReasons = []Reason{
 	ReasonMalformed, ReasonElectionDisabled, ReasonElectionUnknowable, ReasonDefaultServiceAccount,
 	ReasonServiceAccountMissing, ReasonServiceAccountUnbound, ReasonShardUnknown, ReasonLeaseNotLive,
-	ReasonCouldNotVerify, ReasonNoToken, ReasonTooComplex, ReasonInternalError,
+	ReasonCouldNotVerify, ReasonNoToken, ReasonOtherAPIServer, ReasonTooComplex, ReasonInternalError,
 }
 
 // Unmet is one requirement the object does not meet, and how to meet it.

@@ -9,8 +9,12 @@
 //   - the pod must run as a dedicated ServiceAccount (not "default") that exists and may get,
 //     create and update coordination.k8s.io Leases, checked with SubjectAccessReviews for the
 //     ServiceAccount's real identity, so any correct binding passes and a missing one fails;
-//   - every shard a workload arms that it did not run armed before must already have a live,
-//     held Lease with epoch >= 1 (the order check; Policy switch).
+//   - each armed container must hold that ServiceAccount's token and the cluster's CA where
+//     client-go's in-cluster configuration reads them, and dial the API server the kubelet names
+//     (credentials.go), or its election talks to no API server, or to another one;
+//   - every shard an object arms that it did not run armed before must already have a live,
+//     held Lease with epoch >= 1 (the order check; Policy switch): workloads, and Pods that no
+//     judged owner accounts for.
 //
 // The design follows controller-runtime's pkg/webhook/admission: Decide is a pure function of
 // the object, the old object and Facts; a Resolver gathers the Facts (ConfigMaps, the
@@ -20,8 +24,10 @@
 // question: kinds.go which kinds make pods (one table), rbac.go what the RBAC authorizer grants,
 // rbacchange.go what an RBAC change takes away, runs.go what the kubelet and the
 // controllers make of a template, analysis.go which containers are armed, election.go what the
-// writer's parser concludes, transition.go which shards the order check covers, access.go,
-// serviceaccount.go and lease.go the requirements, decide.go and needs.go the judgement.
+// writer's parser concludes, transition.go which shards the order check covers, owners.go when an
+// owner exempts from it, credentials.go whether a container authenticates as its account to the
+// checked API server, access.go, serviceaccount.go and lease.go the other requirements, decide.go
+// and needs.go the judgement.
 //
 // The rules that close each class of issue 17 (README "What the guard refuses"):
 //
@@ -30,8 +36,12 @@
 //     and update, Pods on create, ephemeral containers added to a running Pod (judged like a
 //     workload: order check, fail closed), and a StatefulSet's scale subresource. Arming that adds
 //     shards is arming: the order check covers every shard the object runs armed that it did not
-//     run armed before (replicas 0 → n, a scale-up). An armed Pod whose own hostname gives its
-//     election no shard is refused: its election would certainly decline.
+//     run armed before (replicas 0 → n, a scale-up). A Pod created armed is arming too unless a
+//     judged owner accounts for it (class 2): a bare Pod, one controlled by a kind the guard does
+//     not judge, or by an owner that does not have its armed containers, gets the order check (a
+//     host-network one, whose hostname names no shard, is refused unless it sets its shard). An
+//     armed Pod whose own hostname gives its election no shard is refused: its election would
+//     certainly decline.
 //   - Ground truth (3). What the kubelet or a controller decides per pod is never read from the
 //     template (runs.go): a pod on the host network has the node's hostname, so no shard follows
 //     from its name; the StatefulSet controller's pod name, hostname, pod-name and pod-index
@@ -40,22 +50,51 @@
 //     hostname of controller-named pods are unknowable; an Indexed Job's containers get the
 //     JOB_COMPLETION_INDEX variable its controller adds. Where a Pod carries its own truth (name,
 //     spec.hostname, annotations) the Pod's review uses it.
+//   - What the election talks to (credentials.go). client-go's rest.InClusterConfig dials
+//     KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT and reads the fixed files
+//     /var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt} (the election, with no namespace
+//     in its environment, also .../namespace). An armed container is refused when its env or a
+//     ConfigMap it reads sets either variable (empty, client-go is not in a cluster; any value, it
+//     dials what the guard cannot tell is the checked API server; a Secret that may set it is
+//     warned about), and when what is mounted at the token or CA path is not the ServiceAccount's
+//     token for the API server's own audience and the ConfigMap kube-root-ca.crt. What is mounted
+//     there is worked out as the container will run: for a template, with the mount the
+//     ServiceAccount admission plugin adds (to init and regular containers without a mount at
+//     exactly that path, of the pod's volume named kube-api-access-* if it has one, else its own);
+//     for a Pod, its mounts as they are (the plugin and every mutating webhook ran before); an
+//     ephemeral container gets none; the deepest mount covering the path wins (the container
+//     runtime mounts parents first), with subPath followed, and two mounts at one path or a
+//     subPathExpr are refused as undecidable. So an emptyDir (or any volume) over the directory, a
+//     file mounted over the token, a projected token for another audience, automount off with the
+//     token projected elsewhere, and a volume named like the plugin's are all refused.
 //   - ConfigMap changes (1). Every create, update and delete of a ConfigMap in a guarded namespace
 //     reaches the webhook (no matchCondition: a value may be assembled from several keys, or vanish
 //     with a key or a delete), which judges each object that reads it (every kind of PodSources,
 //     from a watch) as it will run after the change: arming is a transition (order check); an armed
 //     reader must still meet every requirement, so turning its election off is refused with the
 //     removal order (enforce → shadow first), and a shard or namespace it moves to faces the order
-//     check. A bare Pod armed this way gets the order check too; a reader whose controller reads the
-//     ConfigMap with the same environment is judged through the controller (configmap.go).
+//     check. A bare Pod armed this way gets the order check too, each reader's owner verified as on
+//     its own review; an edit that makes an armed reader dial another API server is refused like
+//     the same value in its env; a reader whose controller reads the ConfigMap with the same
+//     environment is judged through the controller (configmap.go).
 //   - Owner exemptions (2). An owner exempts an object from the order check only when the webhook
 //     fetched it (with the UID the object names) and its pod template, which the guard judged, is
 //     semantically the object's, up to the labels the copy gains (a ReplicaSet's pod-template-hash;
 //     a Job's job-name and controller-uid). Otherwise, or when the owner cannot be fetched, the
-//     object is judged itself (owners.go).
+//     object is judged itself (owners.go). A Pod's owner (StatefulSet, ReplicaSet, DaemonSet, Job,
+//     ReplicationController) exempts it only when fetched with the UID named and every container of
+//     the Pod that can set the fencing variable is the template's container of that name with the
+//     same env and envFrom (the JOB_COMPLETION_INDEX an Indexed Job adds aside); sidecars that
+//     cannot arm and the per-pod fields controllers and the ServiceAccount plugin set do not
+//     count. An owner the webhook cannot fetch leaves the order check on, and its failure is
+//     "could not verify": the Pod fails open, so a guard outage never stops a writer's Pod.
 //   - Wrong refusals (5). A ConfigMap, or a key, that does not exist arms nothing now: no container
 //     that needs it starts until it exists, and the create or update that brings it is a reviewed
 //     ConfigMap change judged for every reader. A workload applied before its ConfigMap is admitted.
+//     Limits count only what can arm: a ConfigMap change is judged for the readers it can move (a
+//     changed key the guard reads for them, or the map appearing or going under a required
+//     reference), and a container whose env fixes the fencing switch to a literal other than
+//     enforce reads no ConfigMap for the guard (env overrides envFrom, the last entry winning).
 //   - Scope (8). A review the webhook's watches cannot answer is "could not verify", never "read by
 //     no one" or "owner trusted": ScopedReaders refuses a ConfigMap outside the watched namespaces,
 //     an owner or a scaled StatefulSet the watches do not hold is unknown, and cmd/webhook compares
@@ -96,5 +135,11 @@
 // "Armed" needs the container's effective environment, which ResolveEnv builds exactly as the
 // kubelet does. A value the guard cannot know (a Secret, a missing ConfigMap, a field decided at
 // run time) counts as armed: the guard errs on the side of asking for the requirements. Out of its
-// reach: ENV baked into the image, and pods made by controllers it does not know (custom resources).
+// reach: ENV baked into the image, and pods made by controllers it does not know (custom resources);
+// a writer that builds its client from its own configuration (a kubeconfig file or flag) rather
+// than the in-cluster one (warned when an armed container passes --kubeconfig, ehdb-writer's flag); proxy variables (HTTPS_PROXY) on the way to the checked API server; static
+// Pods (the kubelet runs them whatever admission says of their mirror Pod); and
+// what a mutating webhook does to a workload's Pods, seen only when each Pod is reviewed (ours is
+// a validating webhook, so it sees every Pod after all mutation: such a Pod is refused, and the
+// rollout stops at it).
 package webhook

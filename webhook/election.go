@@ -10,13 +10,16 @@ import (
 
 // electionView is what the shared election parser makes of an armed container's environment.
 type electionView struct {
-	enabledText  Value // NOETL_EHDB_ELECTION as resolved
-	enabledSet   bool
-	enabled      bool
-	problems     []error
-	namespace    Value // where the Lease lives
-	shards       []uint32
-	shardProblem string // why the shards cannot be told ("" when shards is complete)
+	enabledText Value // NOETL_EHDB_ELECTION as resolved
+	enabledSet  bool
+	enabled     bool
+	problems    []error
+	namespace   Value // where the Lease lives
+	// namespaceFromFile is true when the environment names no namespace: the election then reads
+	// the ServiceAccount namespace file (credentials.go judges what is mounted there).
+	namespaceFromFile bool
+	shards            []uint32
+	shardProblem      string // why the shards cannot be told ("" when shards is complete)
 	// shardCertain is true when shardProblem is certain to stop the election (it declines to
 	// run without a shard), rather than only keeping the guard from telling the shard.
 	shardCertain bool
@@ -81,7 +84,7 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 	// ServiceAccount namespace file, which is the pod's namespace.
 	switch name, v, ok := firstSet(lookup, election.EnvNamespace, "POD_NAMESPACE"); {
 	case !ok:
-		ev.namespace = Value{Text: w.Namespace}
+		ev.namespace, ev.namespaceFromFile = Value{Text: w.Namespace}, true
 	case !v.Known():
 		ev.namespace = Value{Unknown: &Unknown{Reasons: []string{name + ": " + v.Unknown.String()}}}
 	default:

@@ -227,6 +227,13 @@ func (e *Env) Lookup(name string) (Value, bool) {
 	return Value{}, false
 }
 
+// setByContainer reports whether the container's env, or an envFrom source the guard read, sets
+// name: not only a source it cannot read (an envFrom Secret) that may set it.
+func (e *Env) setByContainer(name string) bool {
+	_, ok := e.vars[name]
+	return ok
+}
+
 // Names returns the names set with certainty, sorted (for tests and logs).
 func (e *Env) Names() []string {
 	out := make([]string, 0, len(e.vars))

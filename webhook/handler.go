@@ -187,10 +187,11 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
 }
 
-// verifyOwner withdraws the exemption of a ReplicaSet or Job unless its controller, fetched from
-// the watches, is the owner it names and has its pod template (exemptionHolds).
+// verifyOwner withdraws the exemption of an object unless its controller, fetched from the
+// watches, is the owner it names and has its pod template (exemptionHolds; for a Pod, its
+// containers that can arm: podExemptionHolds).
 func (h *Handler) verifyOwner(w *Workload) {
-	if !w.Exempt || w.ControllerRef == nil || w.Kind == gvkPod.Kind {
+	if !w.Exempt || w.ControllerRef == nil {
 		return
 	}
 	var owner *Workload
@@ -198,9 +199,16 @@ func (h *Handler) verifyOwner(w *Workload) {
 	if h.Owners != nil {
 		owner, found, known = h.Owners.Owner(w.Namespace, *w.ControllerRef)
 	}
-	if ok, why := exemptionHolds(w, owner, found, known); !ok {
+	check := exemptionHolds
+	if w.Kind == gvkPod.Kind {
+		check = podExemptionHolds
+	}
+	if ok, why := check(w, owner, found, known); !ok {
 		w.Exempt = false
 		w.Controller += " (" + why + ")"
+		if w.Kind == gvkPod.Kind && !known {
+			w.OwnerUnverified = "its controller " + w.Controller
+		}
 	}
 }
 

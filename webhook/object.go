@@ -37,6 +37,10 @@ type Workload struct {
 	// owner, and re-creating it must not depend on its own Lease being live. Any other controller
 	// (a ConfigMap, an operator's custom resource) exempts nothing: its object is judged itself.
 	Exempt bool
+	// OwnerUnverified, set on a Pod, says why the webhook could not fetch the controller that
+	// would exempt it: the order check then runs, and a failure of it is "could not verify" (so
+	// the Pod fails open), since the guard could not look rather than found it unjudged.
+	OwnerUnverified string
 	// Deleting is true once the object carries a deletionTimestamp.
 	Deleting bool
 	// Indexed is true for an Indexed Job (or a CronJob whose Jobs are): its controller gives each

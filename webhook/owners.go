@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"maps"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -30,6 +32,81 @@ func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 		return false, "its pod template is not this " + child.Kind + "'s, so it judged a different one"
 	}
 	return true, ""
+}
+
+// podExemptionHolds is the owner rule for a Pod: its controller exists (found with the UID the
+// Pod names, fetched by the webhook) and every container of the Pod that can arm (podMayArm) is
+// the container of the same name in the controller's template with the same env and envFrom, up
+// to the JOB_COMPLETION_INDEX an Indexed Job's controller adds. The rest of a Pod differs from
+// its template by design (the controller's per-pod fields, the ServiceAccount plugin's mounts,
+// sidecars a mutating webhook injects) and is judged on the Pod itself.
+func podExemptionHolds(p, owner *Workload, found, known bool) (bool, string) {
+	ref := p.ControllerRef
+	switch {
+	case ref == nil:
+		return false, "no controller"
+	case !known:
+		return false, "the webhook could not fetch it, so it exempts nothing"
+	case !found || owner == nil:
+		return false, "not found with uid " + string(ref.UID)
+	case !exemptingOwner(p.Kind, ref) || owner.Pod.Spec == nil || p.Pod.Spec == nil:
+		return false, "not a controller whose template the guard judges"
+	}
+	ps, os := p.Pod.Spec, owner.Pod.Spec
+	for _, pair := range [][2][]corev1.Container{{ps.InitContainers, os.InitContainers}, {ps.Containers, os.Containers}} {
+		for i := range pair[0] {
+			c := &pair[0][i]
+			if !podMayArm(c) {
+				continue
+			}
+			j := slices.IndexFunc(pair[1], func(o corev1.Container) bool { return o.Name == c.Name })
+			if j < 0 {
+				return false, "its template has no container " + quote(c.Name) + ", so it judged a different one"
+			}
+			env := c.Env
+			if owner.Indexed {
+				env = withoutAdded(env, pair[1][j].Env, envJobCompletionIndex)
+			}
+			if !equality.Semantic.DeepEqual(emptyNilSlice(env), emptyNilSlice(pair[1][j].Env)) ||
+				!equality.Semantic.DeepEqual(emptyNilSlice(c.EnvFrom), emptyNilSlice(pair[1][j].EnvFrom)) {
+				return false, "its template's container " + quote(c.Name) + " has another env, so it judged a different one"
+			}
+		}
+	}
+	return true, ""
+}
+
+// podMayArm reports whether c's own spec can set the fencing variable: an env entry of that
+// name, or an envFrom source whose prefix can lead to it. Only such containers can be armed by
+// anything the guard sees (an image's ENV is out of its reach whatever the owner says).
+func podMayArm(c *corev1.Container) bool {
+	for _, e := range c.Env {
+		if e.Name == EnvFencing {
+			return true
+		}
+	}
+	for _, f := range c.EnvFrom {
+		if strings.HasPrefix(EnvFencing, f.Prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutAdded drops from env the variable name when the template (tmpl) does not define it:
+// the controller added it.
+func withoutAdded(env, tmpl []corev1.EnvVar, name string) []corev1.EnvVar {
+	if slices.ContainsFunc(tmpl, func(e corev1.EnvVar) bool { return e.Name == name }) {
+		return env
+	}
+	return slices.DeleteFunc(slices.Clone(env), func(e corev1.EnvVar) bool { return e.Name == name })
+}
+
+func emptyNilSlice[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 // sameTemplate compares two pod templates as the API server holds them (both defaulted), ignoring

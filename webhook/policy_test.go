@@ -198,7 +198,7 @@ func TestPolicy(t *testing.T) {
 			allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"cannot be known"}, lookups: -1},
 		{name: "envFrom a Secret is unknowable", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING"), unsetEnv("NOETL_EHDB_ELECTION"),
 			envFrom(corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}})},
-			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable},
+			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable}, warn: []string{"if KUBERNETES_SERVICE_HOST or KUBERNETES_SERVICE_PORT is set by envFrom Secret"},
 			msg: []string{`envFrom Secret \"db\"`, "the election's namespace cannot be known",
 				`Note: container \"noetl-worker\" count(s) as armed only because NOETL_EHDB_FENCING cannot be known`, "env overrides envFrom"}, lookups: -1},
 		{name: "envFrom a Secret, election settings in env", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING"),
@@ -445,9 +445,12 @@ func deployment(s *appsv1.StatefulSet) *appsv1.Deployment {
 		Spec:       appsv1.DeploymentSpec{Selector: s.Spec.Selector, Template: s.Spec.Template}}
 }
 
+// pod is the writer's pod template as a Pod its StatefulSet made, as the API server hands it to
+// webhooks: after the ServiceAccount admission plugin (saAdmitted).
 func pod(s *appsv1.StatefulSet, name string) *corev1.Pod {
-	return &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+	s = s.DeepCopy()
+	return saAdmitted(&corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: s.Spec.Template.Labels, OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: "u", Controller: ptr.To(true)}}},
-		Spec: s.Spec.Template.Spec}
+		Spec: s.Spec.Template.Spec})
 }

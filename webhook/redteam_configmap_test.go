@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -35,6 +36,23 @@ func TestConfigMapChangesAreJudgedForEveryReader(t *testing.T) {
 	// barePodReader is a Pod of its own reading the ConfigMap: its containers re-read it at every start.
 	barePodReader := barePod(sts(wt.ServiceAccount(wt.WriterSA), wt.ElectionOn(), envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false))), "loner-9")
 
+	// many are 40 unarmed readers of the ConfigMap (fencing off in their own env), more than the
+	// guard judges in one change: an edit of a key none of them reads under a name the guard reads
+	// moves none of them, and must not be refused as too complex.
+	var many []runtime.Object
+	for i := 0; i < 40; i++ {
+		r := sts(wt.SetEnv("NOETL_EHDB_FENCING", "off"), envFrom(cmEnvFrom("flags", "")))
+		r.Name = fmt.Sprintf("app-%d", i)
+		many = append(many, r)
+	}
+	// manyUnset are 40 readers whose fencing value the ConfigMap decides.
+	var manyUnset []runtime.Object
+	for i := 0; i < 40; i++ {
+		r := sts(unsetEnv("NOETL_EHDB_FENCING"), envFrom(cmEnvFrom("flags", "")))
+		r.Name = fmt.Sprintf("reader-%d", i)
+		manyUnset = append(manyUnset, r)
+	}
+
 	cases := []struct {
 		name     string
 		readers  []runtime.Object
@@ -64,6 +82,15 @@ func TestConfigMapChangesAreJudgedForEveryReader(t *testing.T) {
 		{"disarming through the ConfigMap", []runtime.Object{assembled}, admissionv1.Update,
 			map[string]string{"P1": "enf", "P2": "orce"}, map[string]string{"P1": "shadow"}, true, nil},
 		{"a ConfigMap nobody reads", nil, admissionv1.Delete, map[string]string{"x": "enforce"}, nil, true, nil},
+		{"an unrelated edit of a ConfigMap 40 unarmed workloads read", many, admissionv1.Update,
+			map[string]string{"LOG_LEVEL": "info"}, map[string]string{"LOG_LEVEL": "debug"}, true, nil},
+		{"a new unrelated key in a ConfigMap 40 unarmed workloads read", many, admissionv1.Update,
+			map[string]string{"LOG_LEVEL": "info"}, map[string]string{"LOG_LEVEL": "info", "COLOR": "blue"}, true, nil},
+		{"an edit that may arm 40 readers: more than the guard judges", manyUnset, admissionv1.Update,
+			map[string]string{"LOG_LEVEL": "info"}, map[string]string{"LOG_LEVEL": "info", "NOETL_EHDB_FENCING": "enforce"}, false,
+			[]string{"reader-0", "more object(s) reading ConfigMap noetl/flags are refused likewise"}},
+		{"the ConfigMap 40 readers need created: each may start, and is judged", manyUnset, admissionv1.Create,
+			nil, map[string]string{"LOG_LEVEL": "info"}, false, []string{"40 guarded objects read it"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -64,8 +64,11 @@ var errBoom = errors.New("boom")
 
 func TestKindsAndPathsRedTeam(t *testing.T) {
 	withShard7 := wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "7") // shard 7 has no Lease
+	// The armed ephemeral containers mount the pod's token volume: the ServiceAccount plugin gives
+	// them none (TestTheContainerAuthenticatesAsItsAccount), and these rows are about other rules.
+	token := []corev1.VolumeMount{{Name: "kube-api-access-x7k2p", MountPath: saDir, ReadOnly: true}}
 	armedDebug := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
-		Name: "debug", Image: "busybox", Env: []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}}}}
+		Name: "debug", Image: "busybox", Env: []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}}, VolumeMounts: token}}
 	unarmedDebug := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox"}}
 	rows := []row{
 		// --- class 4: ReplicationController ---------------------------------------------------
@@ -83,11 +86,11 @@ func TestKindsAndPathsRedTeam(t *testing.T) {
 			unmet: []webhook.Reason{webhook.ReasonElectionDisabled}, msg: []string{"ephemeral container \"debug\"", "election is not enabled"}, lookups: -1},
 		{name: "an ephemeral container that arms an unarmed pod faces the order check", input: ephemeral(sts(wt.ServiceAccount(wt.WriterSA), withShard7), wt.WriterName+"-0",
 			corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox", Env: []corev1.EnvVar{
-				{Name: "NOETL_EHDB_FENCING", Value: "enforce"}, {Name: "NOETL_EHDB_ELECTION", Value: "true"}, {Name: "NOETL_EHDB_ELECTION_SHARD", Value: "7"}}}}),
+				{Name: "NOETL_EHDB_FENCING", Value: "enforce"}, {Name: "NOETL_EHDB_ELECTION", Value: "true"}, {Name: "NOETL_EHDB_ELECTION_SHARD", Value: "7"}}, VolumeMounts: token}}),
 			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, msg: []string{"ehdb-shard-00000007 (shard 7) does not exist"}, lookups: -1},
 		{name: "ephemeral containers fail closed: a lookup failure is not admitted", cluster: func(r *wt.Resolver) { r.SAErr, r.AccessErr, r.LeaseErr = errBoom, errBoom, errBoom },
 			input: ephemeral(sts(wt.ServiceAccount(wt.WriterSA)), wt.WriterName+"-0", corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
-				Name: "debug", Image: "busybox", Env: []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}, {Name: "NOETL_EHDB_ELECTION", Value: "true"}}}}),
+				Name: "debug", Image: "busybox", Env: []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}, {Name: "NOETL_EHDB_ELECTION", Value: "true"}}, VolumeMounts: token}}),
 			unmet: []webhook.Reason{webhook.ReasonCouldNotVerify, webhook.ReasonCouldNotVerify, webhook.ReasonCouldNotVerify}, lookups: -1},
 		{name: "an unarmed ephemeral container on an unarmed pod is no business of the guard", input: ephemeral(sts(), wt.WriterName+"-0", unarmedDebug),
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
@@ -123,10 +126,10 @@ func TestKindsAndPathsRedTeam(t *testing.T) {
 			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"host network", "its hostname is the node's"}, lookups: -1},
 		{name: "a host-network StatefulSet with an explicit shard is judged on it", sts: []func(*appsv1.StatefulSet){hostNetwork, wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0")},
 			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
-		{name: "a host-network Pod named w-7 is not shard 7", input: func(t testing.TB) webhook.Input {
+		{name: "a host-network bare Pod named w-7 is not shard 7: no shard for its order check", input: func(t testing.TB) webhook.Input {
 			s := sts(append(compliant(), hostNetwork)...)
 			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkPod, barePod(s, "w-7"))}
-		}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		}, unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"host network"}, lookups: -1},
 		{name: "a template spec.hostname the StatefulSet controller overwrites is not the hostname", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", ""),
 			func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.Hostname = "pinned-7" }},
 			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},

@@ -37,7 +37,7 @@ func noAutomount(s *appsv1.StatefulSet) {
 func projectedToken(mount bool) func(*appsv1.StatefulSet) {
 	return func(s *appsv1.StatefulSet) {
 		s.Spec.Template.Spec.Volumes = append(s.Spec.Template.Spec.Volumes, corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{
-			Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}})
+			Projected: kubeAPIAccess("")}})
 		if mount {
 			c := &s.Spec.Template.Spec.Containers[0]
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "token", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
@@ -71,6 +71,19 @@ func TestPolicyRedTeam(t *testing.T) {
 				s.Spec.Template.Spec.Containers[0].EnvFrom = append(s.Spec.Template.Spec.Containers[0].EnvFrom, cmEnvFrom("cm-"+strings.Repeat("x", i), ""))
 			}
 		}}, unmet: []webhook.Reason{webhook.ReasonTooComplex}, msg: []string{"33 ConfigMaps", "at most 32"}, lookups: 0},
+		// env overrides envFrom (the kubelet applies env last, the last entry of a name winning): a
+		// literal NOETL_EHDB_FENCING=off leaves nothing in the ConfigMaps to arm it. It was refused as
+		// too complex.
+		{name: "33 ConfigMaps under a literal fencing=off: unarmed for certain", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {
+			for i := range 33 {
+				s.Spec.Template.Spec.Containers[0].EnvFrom = append(s.Spec.Template.Spec.Containers[0].EnvFrom, cmEnvFrom("cm-"+strings.Repeat("x", i), ""))
+			}
+		}, wt.SetEnv("NOETL_EHDB_FENCING", "off")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+		{name: "33 ConfigMaps under a fencing value that refers to them: judged too complex", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {
+			for i := range 33 {
+				s.Spec.Template.Spec.Containers[0].EnvFrom = append(s.Spec.Template.Spec.Containers[0].EnvFrom, cmEnvFrom("cm-"+strings.Repeat("x", i), ""))
+			}
+		}, wt.SetEnv("NOETL_EHDB_FENCING", "$(MODE)")}, unmet: []webhook.Reason{webhook.ReasonTooComplex}, msg: []string{"33 ConfigMaps"}, lookups: 0},
 
 		{name: "2000 Secret sources and 2000 references: resolved without quadratic work", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING"), unsetEnv("NOETL_EHDB_ELECTION"),
 			func(s *appsv1.StatefulSet) {
@@ -80,7 +93,7 @@ func TestPolicyRedTeam(t *testing.T) {
 					c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("V%d", i), Value: "$(NOETL_EHDB_ELECTION)$(HOSTNAME)"})
 				}
 			}},
-			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable}, msg: []string{"1996 more source(s)"}, lookups: -1},
+			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable}, msg: []string{"1996 more source(s)"}, warn: []string{"KUBERNETES_SERVICE_HOST"}, lookups: -1},
 		{name: "1500 Secret prefixes of distinct lengths, 300 long references: bounded by the work budget", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {
 			// Within the API server's 3 MiB: every lookup of a 1600-byte name must try 1500 prefixes.
 			c := &s.Spec.Template.Spec.Containers[0]

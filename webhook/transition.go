@@ -5,11 +5,12 @@ import (
 )
 
 // orderCheckApplies reports whether the order check may run for in (before knowing whether the
-// old object was armed). It never runs for a Pod or an object whose controller is a workload the
-// guard judged (Workload.Exempt): those are created by a controller acting on an owner that was
-// checked when it was armed, and a crashed writer's replacement must not wait for a Lease that
-// only the replacement itself can renew. Ephemeral containers are the exception: nobody judged
-// them on an owner, so adding armed ones to a running Pod is arming like any other.
+// old object was armed). It never runs for an object whose controller is a workload the guard
+// judged (Workload.Exempt): those are created by a controller acting on an owner that was checked
+// when it was armed, and a crashed writer's replacement must not wait for a Lease that only the
+// replacement itself can renew. Anything else that arms is arming: a Pod created armed that no
+// judged owner accounts for (bare, or controlled by a kind the guard does not judge, or by an
+// owner that does not have its containers), and ephemeral containers added to a running Pod.
 func orderCheckApplies(in Input, p Policy) bool {
 	if !p.RequireLiveLease || in.Object == nil {
 		return false
@@ -21,8 +22,12 @@ func orderCheckApplies(in Input, p Policy) bool {
 		// A bare Pod armed by a ConfigMap edit at its next container start: no owner judged it.
 		return true
 	}
-	if in.Object.Kind == gvkPod.Kind || in.Object.Exempt {
+	if in.Object.Exempt {
 		return false
+	}
+	if in.Object.Kind == gvkPod.Kind {
+		// A Pod's containers never change after its creation (ephemeral ones aside, above).
+		return in.Operation == admissionv1.Create && in.ConfigMapChange == nil && in.RBACChange == nil
 	}
 	return in.Operation == admissionv1.Create || in.Operation == admissionv1.Update
 }

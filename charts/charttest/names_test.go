@@ -64,6 +64,18 @@ func TestTwoReleasesInOneNamespaceAndTheViewRole(t *testing.T) {
 	r, lease := installGuardWithLease(t, nil)
 	ctx := context.Background()
 	second := &testRelease{c: r.c, cs: r.cs, ns: r.ns, name: "second-" + r.name, helm: r.helm}
+	// With its own lease guard (the default), the second release is refused: that guard would admit
+	// only the second writer and refuse every renewal of the first release's armed writers (and
+	// uninstalling the second release keeps it).
+	ch, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.helm.InstallChart(ctx, ch, second.name, second.values(mustValuesFile(t, "ci/writer-rbac-only-values.yaml"), map[string]any{
+		"writer": map[string]any{"serviceAccount": map[string]any{"name": "second-writer"}}}))
+	if err == nil || !strings.Contains(err.Error(), "already has a lease guard") || !strings.Contains(err.Error(), "leaseGuard.enabled=false") {
+		t.Errorf("a second release with its own lease guard in %s: err = %v, want the chart's refusal", r.ns, err)
+	}
 	second.install(t, second.values(mustValuesFile(t, "ci/writer-rbac-only-values.yaml"), map[string]any{
 		"writer":     map[string]any{"serviceAccount": map[string]any{"name": "second-writer"}},
 		"leaseGuard": map[string]any{"enabled": false},

@@ -2,13 +2,16 @@ package charttest
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -299,7 +302,7 @@ func TestHelmUpgradeCannotUnbindAnArmedWriter(t *testing.T) {
 	rt := newRedTeam(t)
 	ctx := context.Background()
 	cs := rt.cs
-	rt.liveLease(t, 0)
+	lease := rt.liveLease(t, 0)
 	if _, err := cs.CoreV1().ConfigMaps(rt.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "writer-env"},
 		Data: map[string]string{"NOETL_EHDB_FENCING": "enforce"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -348,6 +351,26 @@ func TestHelmUpgradeCannotUnbindAnArmedWriter(t *testing.T) {
 	if exists, bound := writerBound(t, rt.testRelease, wt.WriterSA); !exists || !bound {
 		t.Errorf("after the refused upgrade: the armed writer's ServiceAccount exists=%v, bound=%v", exists, bound)
 	}
+	// Helm goes on after the refused RoleBinding and updates the lease guard too (it collects update
+	// errors and applies the rest): the guard must still admit the account the RoleBinding binds, or
+	// every armed writer's renewal is refused and every shard's token lapses within a lease.
+	vaps := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	var guard *admissionregistrationv1.ValidatingAdmissionPolicy
+	waitFor(t, 30*time.Second, "the lease guard's type check to observe its generation", func(ctx context.Context) (bool, error) {
+		guard, err = vaps.Get(ctx, leaseGuardName(rt.testRelease), metav1.GetOptions{})
+		return err == nil && guard.Status.ObservedGeneration == guard.Generation, nil
+	})
+	if allowed := leaseGuardWriters(guard); !slices.Contains(allowed, "system:serviceaccount:"+rt.ns+":"+wt.WriterSA) {
+		t.Errorf("after the refused upgrade, the lease guard admits %v, not the account the RoleBinding still binds (%s)", allowed, wt.WriterSA)
+	}
+	renewal, err := cs.CoordinationV1().Leases(rt.ns).Get(ctx, lease.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewal.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if _, err := saClient(t, rt.testRelease, rt.ns, wt.WriterSA).CoordinationV1().Leases(rt.ns).Update(ctx, renewal, dryUpdate); err != nil {
+		t.Errorf("after the refused upgrade, the lease guard refuses the bound writer's renewal (every shard would lapse): %v", err)
+	}
 
 	// `helm template` + apply (Argo CD, Flux): the RoleBinding as rendered, sent as an update.
 	v := rt.values(nil, map[string]any{"writer": map[string]any{"serviceAccount": map[string]any{"name": "other"}}})
@@ -383,4 +406,24 @@ func helmCLIOrSkip(t *testing.T) string {
 		t.Fatalf("building the helm CLI: %v", err)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// leaseGuardName is the lease guard policy's name for a release.
+func leaseGuardName(r *testRelease) string { return r.name + "-lease-guard." + r.ns }
+
+// leaseGuardWriters are the users the lease guard admits as the writer: its writer and
+// boundWriters variables.
+func leaseGuardWriters(vap *admissionregistrationv1.ValidatingAdmissionPolicy) []string {
+	var out []string
+	for _, v := range vap.Spec.Variables {
+		switch v.Name {
+		case "writer":
+			out = append(out, strings.Trim(v.Expression, "'"))
+		case "boundWriters":
+			var more []string
+			_ = json.Unmarshal([]byte(v.Expression), &more)
+			out = append(out, more...)
+		}
+	}
+	return out
 }

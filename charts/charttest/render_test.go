@@ -352,6 +352,8 @@ func TestDefaultServiceAccountIsRefusedClearly(t *testing.T) {
 		{map[string]any{"writer": map[string]any{"serviceAccount": map[string]any{"name": "default"}}}, "writer.serviceAccount.name must name a dedicated ServiceAccount, not \"default\""},
 		{map[string]any{"webhook": map[string]any{"serviceAccount": map[string]any{"name": "default"}}}, "webhook.serviceAccount.name must not be \"default\""},
 		{map[string]any{"webhook": map[string]any{"serviceAccount": map[string]any{"create": false, "name": "default"}}}, "webhook.serviceAccount.name must not be \"default\""},
+		// "*" with names was accepted and meant "*": the names looked like a scope and were none.
+		{map[string]any{"webhook": map[string]any{"guardedNamespaces": []any{"*", "noetl"}}}, `webhook.guardedNamespaces: "*" (every namespace) stands alone`},
 	} {
 		_, err := Render(Name, testNS, tc.values)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -17,7 +17,7 @@ import (
 // cancels the request through the transport's CancelRequest, and client-go's wrappers pass that down
 // (transport.tryCancelRequest); a round tripper of ours in the chain that neither cancels nor says
 // what it wraps made client-go log "Warning: unable to cancel request". The CLI must time out with
-// its own error and no such line.
+// its own error, naming --request-timeout, and no such line.
 func TestRequestTimeoutPrintsNoCancelWarning(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -40,6 +40,11 @@ func TestRequestTimeoutPrintsNoCancelWarning(t *testing.T) {
 	code, out, errOut := runCLI(t, "ehdb-election", "status", "-n", "noetl", "--server", srv.URL, "--kubeconfig", "/dev/null", "--request-timeout", "300ms")
 	if code != status.ExitError {
 		t.Errorf("exit %d, want %d (the list timed out)\nstdout:\n%s\nstderr:\n%s", code, status.ExitError, out, errOut)
+	}
+	// The message names the flag that bounds the wait (it said "cannot reach the API server …:
+	// context deadline exceeded", as if the server were down).
+	if want := "did not answer within 300ms (--request-timeout)"; !strings.Contains(errOut, want) {
+		t.Errorf("stderr does not say %q:\n%s", want, errOut)
 	}
 	mu.Lock()
 	defer mu.Unlock()

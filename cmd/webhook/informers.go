@@ -361,7 +361,9 @@ var _ webhook.Owners = (*watches)(nil)
 // Owner implements webhook.Owners from the reader watches (Deployments and CronJobs among them),
 // falling back to a GET when the watch has not seen the object (it may have been created a moment
 // ago, and its controller is already creating the ReplicaSet or Job). Anything it cannot tell is
-// unknown, and an unknown owner exempts nothing.
+// unknown, and an unknown owner exempts nothing. A cached object with another UID than the one
+// named is read again too: the name may have been deleted and created anew a moment ago (an
+// orphaning delete and re-create of a StatefulSet), and its controller already makes Pods.
 func (w *watches) Owner(namespace string, ref metav1.OwnerReference) (*webhook.Workload, bool, bool) {
 	src, ok := webhook.SourceOfKind(ref.Kind)
 	if !ok || !src.Reader {
@@ -371,7 +373,7 @@ func (w *watches) Owner(namespace string, ref metav1.OwnerReference) (*webhook.W
 	if !known {
 		return nil, false, false
 	}
-	if !found {
+	if !found || types.UID(wl.UID) != ref.UID {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		obj, err := restClientFor(w.cs, src.GVK.Group).Get().Namespace(namespace).Resource(src.Resource).Name(ref.Name).Do(ctx).Get()

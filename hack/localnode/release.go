@@ -42,7 +42,7 @@ func (r releaseArtifacts) env() []string {
 func buildReleases(ctx context.Context, l layout) (releaseArtifacts, error) {
 	cache := filepath.Dir(l.bin)
 	r := releaseArtifacts{current: filepath.Join(cache, "release"), previous: filepath.Join(cache, "previous", prevrelease.Commit[:12])}
-	rel := exec.CommandContext(ctx, "go", "run", "./hack/release", "build", "-repo", releaseImageRepo, "-out", r.current)
+	rel := exec.CommandContext(ctx, "go", "run", "./hack/release", "build", "-repo", releaseImageRepo, "-out", r.current, "-cli", "")
 	rel.Dir = l.root
 	if out, err := rel.CombinedOutput(); err != nil {
 		return r, fmt.Errorf("make release for the node's registry: %v\n%s", err, out)

@@ -1,9 +1,10 @@
 // Command release builds what users install: the webhook and writer images (internal/ociimage:
-// FROM scratch, static, non-root, reproducible) and the chart package whose default image is the
-// release's, pinned by digest. It also checks the chart version policy for `make lint`.
+// FROM scratch, static, non-root, reproducible), the chart package whose default image is the
+// release's, pinned by digest, and the status CLI for the platforms operators use. It also checks
+// the chart version policy for `make lint`.
 //
 //	go run ./hack/release images -repo R -tag T -out images.tar   # make images (kind, local node)
-//	go run ./hack/release build -repo R -out dist                  # make release
+//	go run ./hack/release build -repo R -out dist [-cli P,...]     # make release
 //	go run ./hack/release push -archive dist/images.tar            # images to their registry
 //	go run ./hack/release check-chart | lock-chart                 # make lint | make chart-lock
 package main
@@ -53,12 +54,13 @@ func run(ctx context.Context, cmd string, args []string) error {
 	tag := fs.String("tag", "", "image tag (default: the chart's appVersion)")
 	out := fs.String("out", "", "output: a tar file (images) or a folder (build)")
 	archive := fs.String("archive", "", "push: the OCI-layout archive `build` or `images` wrote")
+	cli := fs.String("cli", defaultCLIPlatforms, "build: the platforms (GOOS/GOARCH, comma-separated; \"\" for none) to build the status CLI for")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	// A flag the command does not read is an error, never ignored: `push -repo <mirror>` must not
 	// push to the repository the archive was built for while the user believes otherwise.
-	uses := map[string][]string{"images": {"repo", "tag", "out"}, "build": {"repo", "out"}, "push": {"archive"}}
+	uses := map[string][]string{"images": {"repo", "tag", "out"}, "build": {"repo", "out", "cli"}, "push": {"archive"}}
 	var unused []string
 	fs.Visit(func(f *flag.Flag) {
 		if !slices.Contains(uses[cmd], f.Name) {
@@ -76,7 +78,11 @@ func run(ctx context.Context, cmd string, args []string) error {
 	case "images":
 		return cmdImages(ctx, root, chartDir, *imgRepo, *tag, *out)
 	case "build":
-		return cmdBuild(ctx, root, chartDir, *imgRepo, *out)
+		platforms, err := parsePlatforms(*cli)
+		if err != nil {
+			return err
+		}
+		return cmdBuild(ctx, root, chartDir, *imgRepo, *out, platforms)
 	case "push":
 		return cmdPush(ctx, *archive)
 	case "check-chart", "lock-chart":
@@ -145,8 +151,8 @@ func cmdImages(ctx context.Context, root, chartDir, imgRepo, tag, out string) er
 }
 
 // cmdBuild is `make release`: <out>/images.tar, <out>/<chart>-<version>.tgz pinned to the images
-// by digest, and <out>/release.txt listing both.
-func cmdBuild(ctx context.Context, root, chartDir, imgRepo, out string) error {
+// by digest, the status CLI for each platform in <out>/cli, and <out>/release.txt listing them.
+func cmdBuild(ctx context.Context, root, chartDir, imgRepo, out string, cliPlatforms []string) error {
 	if out == "" {
 		return errors.New("build: -out DIR is required")
 	}
@@ -176,6 +182,10 @@ func cmdBuild(ctx context.Context, root, chartDir, imgRepo, out string) error {
 	if err != nil {
 		return err
 	}
+	cliSums, err := buildCLI(ctx, root, out, tag, cliPlatforms)
+	if err != nil {
+		return err
+	}
 	f, err := os.Create(filepath.Join(out, "release.txt"))
 	if err != nil {
 		return err
@@ -184,6 +194,9 @@ func cmdBuild(ctx context.Context, root, chartDir, imgRepo, out string) error {
 	fmt.Fprintf(f, "chart %s %s (webhook.image pinned to %s@%s)\n", chartVersion, filepath.Base(tgz), webhook.Repository, webhook.Digest)
 	if err := report(f, imgs, archive); err != nil {
 		return err
+	}
+	for _, l := range cliSums {
+		fmt.Fprintf(f, "cli %s\n", l)
 	}
 	data, err := os.ReadFile(f.Name())
 	if err != nil {

@@ -73,9 +73,10 @@ func TestReleaseInstallsFromAnOCIRegistryPinnedByDigest(t *testing.T) {
 	t.Cleanup(func() { reg.Close() })
 	imageRepo := reg.Host + "/noetl/ehdb-election"
 	dist := t.TempDir()
-	if err := run(ctx, "build", []string{"-repo", imageRepo, "-out", dist}); err != nil {
+	if err := run(ctx, "build", []string{"-repo", imageRepo, "-out", dist, "-cli", hostPlatform()}); err != nil {
 		t.Fatalf("release build: %v", err)
 	}
+	checkReleasedCLI(t, dist)
 	if err := run(ctx, "push", []string{"-archive", filepath.Join(dist, "images.tar")}); err != nil {
 		t.Fatalf("release push: %v", err)
 	}

@@ -300,7 +300,12 @@ const upgradeShards = 2
 //	rev 3 helm rollback 1               (back to the previous release)
 //	rev 4 helm upgrade --reuse-values   (from the previous release)
 //	rev 5 helm rollback 1
-//	rev 6 helm upgrade --force          (from the previous release: every object replaced)
+//	rev 6 helm upgrade                  (from the previous release once more)
+//	rev 7 helm upgrade --force          (every object replaced)
+//
+// (A --force upgrade straight from the previous release empties the caBundle of the entries it
+// had until the rotator puts it back, the price of keeping the rollback after it whole: README
+// "Limits", charts/charttest TestRollbackToThePreviousChartKeepsTheTLS.)
 //
 // while a load runs throughout: each writer's /metrics scraped continuously (token_valid must stay
 // 1, at the same epoch: no drop, no re-acquisition), and a client making admission reviews
@@ -381,7 +386,8 @@ func TestInClusterUpgradeFromThePreviousReleaseUnderLoad(t *testing.T) {
 		{"rev 3: helm rollback to the previous release", func() { helm("rollback", release, "1") }, prev.webhook},
 		{"rev 4: helm upgrade --reuse-values from the previous release", func() { upgrade("--reuse-values") }, byTag},
 		{"rev 5: helm rollback to the previous release", func() { helm("rollback", release, "1") }, prev.webhook},
-		{"rev 6: helm upgrade --force from the previous release", func() { upgrade("--force") }, cur.webhook},
+		{"rev 6: helm upgrade from the previous release", func() { upgrade() }, cur.webhook},
+		{"rev 7: helm upgrade --force", func() { upgrade("--force") }, cur.webhook},
 	} {
 		step(rev.what)
 		began := time.Now()

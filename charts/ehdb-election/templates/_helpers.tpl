@@ -194,6 +194,9 @@ installs that skip schema validation.
 {{- if hasKey .Values.webhook "objectSelector" }}
 {{- fail "webhook.objectSelector was removed: an object selector lets an object opt out of the guard by its own labels (a per-object bypass). Scope the guard by namespace (webhook.guardedNamespaces, webhook.excludeNamespaces, webhook.namespaceSelector) instead" }}
 {{- end }}
+{{- if and (has "*" .Values.webhook.guardedNamespaces) (gt (len .Values.webhook.guardedNamespaces) 1) }}
+{{- fail (printf "webhook.guardedNamespaces: \"*\" (every namespace) stands alone; it was given with %v, which would not narrow it. List \"*\" or the namespaces, not both" (without .Values.webhook.guardedNamespaces "*")) }}
+{{- end }}
 {{- $exprs := list }}
 {{- if not (has "*" .Values.webhook.guardedNamespaces) }}
 {{- $guarded := prepend .Values.webhook.guardedNamespaces .Release.Namespace | uniq }}
@@ -271,6 +274,25 @@ entry gets it at once); the rotator or cainjector stays its writer.
 {{- if not $ca }}{{ $ca = dig "clientConfig" "caBundle" "" . }}{{ end }}
 {{- end }}
 {{- $ca }}
+{{- end }}
+
+{{/*
+ehdb-election.webhook.caBundleLeftLive: a JSON list of the entries whose caBundle is not rendered but
+left as the live object has it. Those are the entries of a configuration a chart that renders no
+caBundle (0.1.0) wrote, on the upgrade from it: `helm rollback` to that revision removes from the
+live object what the current revision's manifest holds and the target's lacks (Helm's three-way
+merge), so a caBundle rendered into them here would be emptied by the rollback, and every call fail
+until the rotator put it back. The upgrade's own patch leaves them alone (neither manifest has one);
+entries that chart lacked still get it (the rollback removes them whole). The cost: a `--force`
+upgrade from 0.1.0 PUTs those entries without it (README "Limits").
+*/}}
+{{- define "ehdb-election.webhook.caBundleLeftLive" -}}
+{{- $live := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" (include "ehdb-election.webhook.configName" .) }}
+{{- $names := list }}
+{{- if has (dig "metadata" "labels" "helm.sh/chart" "" $live) (list "ehdb-election-0.1.0") }}
+{{- range ($live.webhooks | default list) }}{{ $names = append $names .name }}{{ end }}
+{{- end }}
+{{- toJson $names }}
 {{- end }}
 
 {{/*

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -166,8 +167,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts Opti
 		fmt.Fprintf(stderr, "error: building a client for %s: %v\n", cfg.Host, err)
 		return ExitError
 	}
-	v := view{ns: ns, all: f.allNamespaces, clock: sc, host: cfg.Host, name: opts.Name, cs: cs, printer: printer,
-		stdout: stdout, stderr: stderr, warned: map[string]bool{}}
+	v := view{ns: ns, all: f.allNamespaces, clock: sc, host: cfg.Host, name: opts.Name, timeout: cfg.Timeout, cs: cs,
+		printer: printer, stdout: stdout, stderr: stderr, warned: map[string]bool{}}
 
 	if f.watch {
 		timers, _ := opts.Clock.(clock.Clock)
@@ -182,7 +183,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts Opti
 
 	leases, err := listLeases(ctx, cs, ns)
 	if err != nil {
-		msg, code := describeListError(err, cfg.Host, ns, opts.Name, false)
+		msg, code := v.describeListError(err, false)
 		fmt.Fprintln(stderr, msg)
 		return code
 	}
@@ -206,6 +207,7 @@ type view struct {
 	clock   *ServerClock
 	host    string
 	name    string
+	timeout time.Duration // each request's bound (--request-timeout), for the message when it ran out
 	cs      kubernetes.Interface
 	printer *Printer
 	stdout  io.Writer
@@ -328,7 +330,8 @@ func listLeases(ctx context.Context, cs kubernetes.Interface, ns string) ([]coor
 
 // describeListError turns a failed List (or, with watch, a failed watch) into what the operator
 // should do about it, and the exit code.
-func describeListError(err error, host, ns, name string, watch bool) (string, int) {
+func (v *view) describeListError(err error, watch bool) (string, int) {
+	host, ns, name := v.host, v.ns, v.name
 	var status apierrors.APIStatus
 	verbs, needs := "list", `verb "list"`
 	if watch {
@@ -348,7 +351,9 @@ The view needs %s on resource "leases" (API group "coordination.k8s.io") in name
 and your identity lacks it. Grant it with a Role, e.g.:
   kubectl create role ehdb-election-status -n %s --verb=%s --resource=leases.coordination.k8s.io
   kubectl create rolebinding ehdb-election-status -n %s --role=ehdb-election-status %s
-(--scrape also needs verb "get" on "pods/proxy".)`, apiMessage(err), needs, ns, ns, verbs, ns, subjectFlag(apiMessage(err))), ExitDenied
+or, where the ehdb-election chart is installed (it adds lease reading to the built-in view role):
+  kubectl create rolebinding ehdb-election-view -n %s --clusterrole=view %s
+(--scrape also needs verb "get" on "pods/proxy".)`, apiMessage(err), needs, ns, ns, verbs, ns, subjectFlag(apiMessage(err)), ns, subjectFlag(apiMessage(err))), ExitDenied
 	case apierrors.IsUnauthorized(err):
 		return fmt.Sprintf("error: the API server at %s rejected the kubeconfig's credentials (401 Unauthorized): %s\nRenew them (log in again) or choose another --context.", host, apiMessage(err)), ExitDenied
 	case errors.As(err, &status):
@@ -365,6 +370,10 @@ and your identity lacks it. Grant it with a Role, e.g.:
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
+	}
+	var ne net.Error
+	if v.timeout > 0 && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()) {
+		return fmt.Sprintf("error: the API server at %s did not answer within %v (--request-timeout): %v\nA slow or overloaded API server may need more: %s status --request-timeout 1m", host, v.timeout, err, name), ExitError
 	}
 	return fmt.Sprintf("error: cannot reach the API server at %s: %v\nIs the cluster up, and are the kubeconfig and context the ones you meant? (%s status --kubeconfig PATH --context NAME)", host, err, name), ExitError
 }

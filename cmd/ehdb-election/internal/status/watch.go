@@ -82,7 +82,7 @@ func (v *view) watch(ctx context.Context, clk clock.Clock, minRedraw, requestTim
 	case <-ctx.Done():
 		return ExitOK
 	case err := <-failures:
-		msg, code := describeListError(err, v.host, v.ns, v.name, true)
+		msg, code := v.describeListError(err, true)
 		fmt.Fprintln(v.stderr, msg)
 		return code
 	case <-reg.HasSyncedChecker().Done():
@@ -109,7 +109,7 @@ func (v *view) watch(ctx context.Context, clk clock.Clock, minRedraw, requestTim
 			case err := <-failures:
 				if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
 					// Retrying a denial would re-list on a backoff: polling, and a stale view.
-					msg, code := describeListError(err, v.host, v.ns, v.name, true)
+					msg, code := v.describeListError(err, true)
 					fmt.Fprintln(v.stderr, msg)
 					return code
 				}

@@ -1,0 +1,422 @@
+package webhook
+
+import (
+	"fmt"
+	"path"
+	"reflect"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// This file answers "does the armed container authenticate as its ServiceAccount, to the API
+// server whose Leases the guard checks?". The election builds its client with client-go's
+// rest.InClusterConfig, which dials KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT from the
+// environment and reads the fixed files saDir/token and saDir/ca.crt (its namespace, when the
+// environment names none, from saDir/namespace). What is at those paths is decided by the
+// container's mounts: the guard works it out from them, never from "a token volume exists".
+
+// saDir is where client-go's in-cluster configuration reads the token, the CA and the namespace
+// (rest.InClusterConfig; the ServiceAccount admission plugin's DefaultAPITokenMountPath).
+const saDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// pluginVolumePrefix names the volume the ServiceAccount admission plugin mounts at saDir
+// (ServiceAccountVolumeName + "-"): a volume of the pod already named so is the one it mounts.
+const pluginVolumePrefix = "kube-api-access-"
+
+// apiServerVars are the variables rest.InClusterConfig dials. The kubelet sets them for the
+// cluster's API server in every container (getServiceEnvVarMap: the default namespace's
+// kubernetes Service, whatever enableServiceLinks says), and a variable the container's env or
+// envFrom sets replaces the kubelet's (makeEnvironmentVariables).
+var apiServerVars = []string{"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
+
+// checkAPIServer refuses an armed container whose environment sets the API server's address:
+// its election would dial that address, and the guard cannot tell it is the API server whose
+// Leases it checks (empty, client-go finds no in-cluster configuration and the election
+// declines). A source that only may set it (an envFrom Secret) is said in a warning: refusing
+// every writer that reads credentials with envFrom would be a wrong refusal.
+func (d *Decision) checkAPIServer(v *containerView) {
+	var maybe []string
+	var from *Unknown
+	for _, name := range apiServerVars {
+		val, set := v.env.Lookup(name)
+		switch {
+		case !set:
+		case val.Known() && val.Text == "$("+name+")":
+			// Left literal by the guard's expansion, so nothing before it set the name: the
+			// kubelet expands it to its own service variable (makeEnvironmentVariables).
+		case !v.env.setByContainer(name):
+			maybe, from = append(maybe, name), from.merge(val.Unknown)
+		default:
+			what := ""
+			switch {
+			case !val.Known():
+				what = fmt.Sprintf("sets %s from %s, which the guard cannot read, so its election dials an address the kubelet did not choose", name, val.Unknown.String())
+			case strings.TrimSpace(val.Text) == "":
+				what = fmt.Sprintf("sets %s empty, so client-go finds no in-cluster configuration and the election declines", name)
+			default:
+				what = fmt.Sprintf("sets %s=%q, so its election dials that address, not the cluster's API server the kubelet names; the guard cannot tell it is the one whose Leases it checks", name, val.Text)
+			}
+			d.unmet(ReasonOtherAPIServer, fmt.Sprintf("%s %s.", v.label(), what),
+				fmt.Sprintf("remove %s from the env and envFrom sources of %s: the kubelet sets it for the cluster's API server in every container.", name, v.label()))
+		}
+	}
+	if len(maybe) > 0 {
+		d.warn(truncate(fmt.Sprintf("%s: if %s is set by %s, its election dials that address, not the API server whose Leases the guard checked.", v.label(), strings.Join(maybe, " or "), truncate(from.String(), 80)), 240))
+	}
+	if arg, ok := kubeconfigArg(v.c); ok {
+		d.warn(truncate(fmt.Sprintf("%s passes %s: ehdb-writer then builds its client from that kubeconfig, not the in-cluster configuration the guard judged, and the guard cannot tell which API server it names.", v.label(), quote(arg)), 240))
+	}
+}
+
+// kubeconfigArg finds a --kubeconfig flag (Go's flag package also takes -kubeconfig) in the
+// container's command or args: cmd/ehdb-writer then ignores the in-cluster configuration.
+func kubeconfigArg(c *corev1.Container) (string, bool) {
+	for _, a := range append(append([]string(nil), c.Command...), c.Args...) {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && name == "kubeconfig" {
+			return a, true
+		}
+	}
+	return "", false
+}
+
+// checkToken requires each armed container to hold its ServiceAccount's token and the cluster's
+// CA where client-go reads them, as the container will run: the mounts as the ServiceAccount
+// admission plugin leaves them (for a Pod, the mounts it has: the plugin and every mutating
+// webhook have already run), and the deepest mount covering each path (the container runtime
+// mounts parents first).
+func (d *Decision) checkToken(w *Workload, where, saName string, automount bool, from string, armed []*containerView) {
+	spec := w.Pod.Spec
+	if spec == nil {
+		return
+	}
+	for _, v := range armed {
+		mounts := mountsAsRun(w, v, automount)
+		var problems []string
+		if p := tokenProblem(fileAt(spec, mounts, saDir+"/token")); p != "" {
+			problems = append(problems, p)
+		}
+		if p := caProblem(fileAt(spec, mounts, saDir+"/ca.crt")); p != "" {
+			problems = append(problems, p)
+		}
+		if len(problems) == 0 {
+			continue
+		}
+		off := ""
+		if !automount && w.Pod.Template {
+			off = fmt.Sprintf(" (%s is false)", from)
+		}
+		fix := fmt.Sprintf("mount nothing of your own at or under %s in %s and leave the ServiceAccount admission plugin's token there, or mount there a projected volume with a serviceAccountToken source (path token, no audience) and the ConfigMap kube-root-ca.crt (ca.crt), as the plugin does.", saDir, v.label())
+		if !automount && w.Pod.Template {
+			fix = fmt.Sprintf("remove automountServiceAccountToken: false (or set it to true in %s), or ", where) + fix
+		}
+		d.unmet(ReasonNoToken,
+			fmt.Sprintf("%s cannot authenticate to the API server as ServiceAccount %s%s: client-go reads %s, so the election can neither read nor renew its Lease.", v.label(), quote(saName), off, strings.Join(problems, "; and ")),
+			fix)
+	}
+}
+
+// automountOf is whether the ServiceAccount admission plugin will mount the token in the pods of
+// w (shouldAutomount: the pod's field, else the ServiceAccount's, else true) and what says so.
+// known is false when that depends on a ServiceAccount that could not be read (already reported).
+func automountOf(w *Workload, where, saName string, sa *ServiceAccountFact) (automount bool, from string, known bool) {
+	spec := w.Pod.Spec
+	switch {
+	case spec == nil:
+		return true, "", false
+	case spec.AutomountServiceAccountToken != nil:
+		return *spec.AutomountServiceAccountToken, where + ".automountServiceAccountToken", true
+	case sa != nil && sa.AutomountToken != nil:
+		return *sa.AutomountToken, "ServiceAccount " + quote(saName) + " automountServiceAccountToken", true
+	case sa == nil && saName != "default" && w.Pod.Template:
+		return true, "", false
+	}
+	return true, "", true
+}
+
+// namespaceFileProblem says why the namespace file an election without a namespace in its
+// environment reads (saDir/namespace) is not the pod's namespace ("" when it is).
+func namespaceFileProblem(w *Workload, v *containerView, automount bool) string {
+	if w.Pod.Spec == nil {
+		return ""
+	}
+	f := fileAt(w.Pod.Spec, mountsAsRun(w, v, automount), saDir+"/namespace")
+	switch p, why := only(f); {
+	case why != "":
+		return f.target + ": " + why
+	case p.kind != "downwardAPI" || p.field != "metadata.namespace":
+		return f.target + ": " + f.describe()
+	}
+	return ""
+}
+
+// mountsAsRun is the container's volume mounts as the pod will run: for a pod template, with the
+// mount the ServiceAccount admission plugin adds (mountServiceAccountToken): when the token is
+// automounted, to every init and regular container that has no mount whose path is exactly
+// saDir, of the pod's first volume named kube-api-access-*, else of its own projected volume.
+// Ephemeral containers get none. A Pod's mounts are taken as they are.
+func mountsAsRun(w *Workload, v *containerView, automount bool) []corev1.VolumeMount {
+	mounts := v.c.VolumeMounts
+	if !w.Pod.Template || !automount || v.role == "ephemeral container" {
+		return mounts
+	}
+	for _, m := range mounts {
+		if m.MountPath == saDir {
+			return mounts
+		}
+	}
+	name := pluginVolume
+	for _, vol := range w.Pod.Spec.Volumes {
+		if strings.HasPrefix(vol.Name, pluginVolumePrefix) {
+			name = vol.Name
+			break
+		}
+	}
+	return append(append([]corev1.VolumeMount(nil), mounts...), corev1.VolumeMount{Name: name, ReadOnly: true, MountPath: saDir})
+}
+
+// pluginVolume stands for the projected volume the plugin adds under a generated name.
+const pluginVolume = pluginVolumePrefix + "(added by the ServiceAccount admission plugin)"
+
+// pluginVolumeSource is that volume (TokenVolumeSource): the token for the API server's own
+// audience, the cluster's CA from kube-root-ca.crt, and the namespace.
+var pluginVolumeSource = corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+	{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}},
+	{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: rootCAConfigMap}, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+	{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+}}}
+
+// rootCAConfigMap is the ConfigMap the root-CA publisher keeps in every namespace.
+const rootCAConfigMap = "kube-root-ca.crt"
+
+// mountedFile is what provides one file of the container: a volume and the path inside it.
+type mountedFile struct {
+	target  string
+	volume  string
+	src     *corev1.VolumeSource
+	rel     string // the path inside the volume
+	problem string // why it cannot be told, or that nothing is mounted there
+}
+
+// fileAt finds the mount that provides target: the one with the deepest path at or above it. Two
+// mounts at the same path (one spelled with a trailing slash, which the plugin's exact comparison
+// does not see) leave it to the runtime's order, and a subPathExpr is expanded at run time.
+func fileAt(spec *corev1.PodSpec, mounts []corev1.VolumeMount, target string) mountedFile {
+	f := mountedFile{target: target}
+	best, depth, ties := -1, -1, 0
+	for i, m := range mounts {
+		p := path.Clean("/" + m.MountPath)
+		if p != target && !strings.HasPrefix(target, strings.TrimSuffix(p, "/")+"/") {
+			continue
+		}
+		switch d := strings.Count(strings.TrimSuffix(p, "/"), "/"); {
+		case d > depth:
+			best, depth, ties = i, d, 0
+		case d == depth:
+			ties++
+		}
+	}
+	if best < 0 {
+		f.problem = "nothing is mounted at " + target
+		return f
+	}
+	m := mounts[best]
+	mp := path.Clean("/" + m.MountPath)
+	if ties > 0 {
+		f.problem = fmt.Sprintf("there are two mounts at %s, and which one is on top is the container runtime's choice", mp)
+		return f
+	}
+	if m.SubPathExpr != "" {
+		f.problem = fmt.Sprintf("the mount of volume %s at %s has a subPathExpr, expanded only at run time", quote(m.Name), mp)
+		return f
+	}
+	f.volume = m.Name
+	f.rel = strings.TrimPrefix(strings.TrimPrefix(target, mp), "/")
+	if m.SubPath != "" {
+		f.rel = path.Join(m.SubPath, f.rel)
+	}
+	f.rel = strings.TrimPrefix(path.Clean("/"+f.rel), "/")
+	if m.Name == pluginVolume {
+		f.src = &pluginVolumeSource
+		return f
+	}
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == m.Name {
+			f.src = &spec.Volumes[i].VolumeSource
+			return f
+		}
+	}
+	f.problem = fmt.Sprintf("the pod has no volume %s for the mount at %s", quote(m.Name), mp)
+	return f
+}
+
+// provider is one volume source that may write the file.
+type provider struct {
+	kind     string // "serviceAccountToken", "configMap", "secret", "downwardAPI", or another source kind
+	audience string // serviceAccountToken
+	name     string // configMap or secret
+	key      string // configMap key ("" when the whole ConfigMap, keys unknown)
+	field    string // downwardAPI fieldRef path
+}
+
+// providers lists the sources of f's volume that may write f.rel: projected sources, or the one
+// source of a configMap, secret or downwardAPI volume, read as the kubelet writes them (a source
+// without items writes every key as a file, so it may write any path).
+func providers(f mountedFile) []provider {
+	if f.src == nil {
+		return nil
+	}
+	var sources []corev1.VolumeProjection
+	switch s := f.src; {
+	case s.Projected != nil:
+		sources = s.Projected.Sources
+	case s.ConfigMap != nil:
+		sources = []corev1.VolumeProjection{{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: s.ConfigMap.Name}, Items: s.ConfigMap.Items}}}
+	case s.Secret != nil:
+		sources = []corev1.VolumeProjection{{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: s.Secret.SecretName}, Items: s.Secret.Items}}}
+	case s.DownwardAPI != nil:
+		sources = []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{Items: s.DownwardAPI.Items}}}
+	default:
+		return nil
+	}
+	is := func(p string) bool { return strings.TrimPrefix(path.Clean("/"+p), "/") == f.rel }
+	var out []provider
+	for _, src := range sources {
+		switch {
+		case src.ServiceAccountToken != nil:
+			if is(src.ServiceAccountToken.Path) {
+				out = append(out, provider{kind: "serviceAccountToken", audience: src.ServiceAccountToken.Audience})
+			}
+		case src.ConfigMap != nil:
+			if len(src.ConfigMap.Items) == 0 && (src.ConfigMap.Name != rootCAConfigMap || f.rel == "ca.crt") {
+				out = append(out, provider{kind: "configMap", name: src.ConfigMap.Name, key: keyIfRoot(src.ConfigMap.Name, f.rel)})
+			}
+			for _, it := range src.ConfigMap.Items {
+				if is(it.Path) {
+					out = append(out, provider{kind: "configMap", name: src.ConfigMap.Name, key: it.Key})
+				}
+			}
+		case src.Secret != nil:
+			if len(src.Secret.Items) == 0 {
+				out = append(out, provider{kind: "secret", name: src.Secret.Name})
+			}
+			for _, it := range src.Secret.Items {
+				if is(it.Path) {
+					out = append(out, provider{kind: "secret", name: src.Secret.Name, key: it.Key})
+				}
+			}
+		case src.DownwardAPI != nil:
+			for _, it := range src.DownwardAPI.Items {
+				if is(it.Path) {
+					field := ""
+					if it.FieldRef != nil {
+						field = it.FieldRef.FieldPath
+					}
+					out = append(out, provider{kind: "downwardAPI", field: field})
+				}
+			}
+		case src.ClusterTrustBundle != nil:
+			if is(src.ClusterTrustBundle.Path) {
+				out = append(out, provider{kind: "clusterTrustBundle"})
+			}
+		case src.PodCertificate != nil:
+			pc := src.PodCertificate
+			if is(pc.CredentialBundlePath) || is(pc.KeyPath) || is(pc.CertificateChainPath) {
+				out = append(out, provider{kind: "podCertificate"})
+			}
+		default:
+			out = append(out, provider{kind: "a projection this guard does not know"})
+		}
+	}
+	return out
+}
+
+// keyIfRoot is the key the root-CA ConfigMap's only file ca.crt comes from.
+func keyIfRoot(name, rel string) string {
+	if name == rootCAConfigMap && rel == "ca.crt" {
+		return "ca.crt"
+	}
+	return ""
+}
+
+// only returns the single provider of f, or false with what is there when it is not one.
+func only(f mountedFile) (provider, string) {
+	if f.problem != "" {
+		return provider{}, f.problem
+	}
+	ps := providers(f)
+	if len(ps) == 1 {
+		return ps[0], ""
+	}
+	return provider{}, f.describe()
+}
+
+// tokenProblem says why f is not the ServiceAccount's token for the API server ("" when it is).
+func tokenProblem(f mountedFile) string {
+	p, why := only(f)
+	switch {
+	case why != "":
+		return f.target + ": " + why
+	case p.kind != "serviceAccountToken":
+		return f.target + ": " + f.describe()
+	case p.audience != "":
+		return fmt.Sprintf("%s: there is a ServiceAccount token for the audience %q, which the API server accepts only if it is one of its own audiences (the guard cannot tell)", f.target, p.audience)
+	}
+	return ""
+}
+
+// caProblem says why f is not the cluster's CA ("" when it is): without it client-go trusts only
+// the system roots and cannot verify the cluster's API server; another CA may be another server's.
+func caProblem(f mountedFile) string {
+	p, why := only(f)
+	switch {
+	case why != "":
+		return f.target + ": " + why
+	case p.kind != "configMap" || p.name != rootCAConfigMap || p.key != "ca.crt":
+		return f.target + ": " + f.describe() + ", not the cluster's CA (ConfigMap kube-root-ca.crt, key ca.crt)"
+	}
+	return ""
+}
+
+// describe says what f's volume puts at the path, for messages.
+func (f mountedFile) describe() string {
+	if f.problem != "" {
+		return f.problem
+	}
+	ps := providers(f)
+	kind := volumeKind(f.src)
+	switch {
+	case len(ps) == 0 && (kind == "projected" || kind == "configMap" || kind == "secret" || kind == "downwardAPI"):
+		return fmt.Sprintf("the %s volume %s writes nothing at %s", kind, quote(f.volume), f.rel)
+	case len(ps) == 0:
+		return fmt.Sprintf("there is the %s volume %s", kind, quote(f.volume))
+	case len(ps) > 1:
+		return fmt.Sprintf("more than one source of the %s volume %s may write it", kind, quote(f.volume))
+	}
+	p := ps[0]
+	switch p.kind {
+	case "configMap":
+		return fmt.Sprintf("there is a file of ConfigMap %s (%s volume %s)", quote(p.name), kind, quote(f.volume))
+	case "secret":
+		return fmt.Sprintf("there is a file of Secret %s (%s volume %s; the guard does not read Secrets, and a token Secret would be a legacy token, not the kubelet's)", quote(p.name), kind, quote(f.volume))
+	case "downwardAPI":
+		return fmt.Sprintf("there is the downward API field %s (%s volume %s)", quote(p.field), kind, quote(f.volume))
+	}
+	return fmt.Sprintf("there is a %s source of the %s volume %s", p.kind, kind, quote(f.volume))
+}
+
+// volumeKind names a volume source by its field (emptyDir, hostPath, projected, ...).
+func volumeKind(src *corev1.VolumeSource) string {
+	if src == nil {
+		return "unknown"
+	}
+	v := reflect.ValueOf(*src)
+	for i := 0; i < v.NumField(); i++ {
+		if f := v.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			return name
+		}
+	}
+	return "unknown"
+}

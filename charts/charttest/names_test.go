@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +116,51 @@ func TestTwoReleasesInOneNamespaceAndTheViewRole(t *testing.T) {
 		if ok, err := may(ctx, verb); err != nil || ok {
 			t.Errorf("view: %s leases = %v (%v), want refused", verb, ok, err)
 		}
+	}
+}
+
+// TestRenamedReleaseKeepsTheWritersAdmitted (issue 18, cold adoption): an upgrade that renames the
+// release's objects (fullnameOverride) and the writer's account at once renders a new lease guard
+// and a new RoleBinding name; the new guard must still admit the account the live writer
+// RoleBinding binds (found by label, not by name), or every armed writer's renewal is refused.
+func TestRenamedReleaseKeepsTheWritersAdmitted(t *testing.T) {
+	t.Parallel()
+	r := newRelease(t, nil)
+	r.install(t, r.values(nil))
+	ctx := context.Background()
+	if _, err := r.helm.Upgrade(ctx, r.name, r.values(nil, map[string]any{
+		"fullnameOverride": "renamed-" + r.name,
+		"writer":           map[string]any{"serviceAccount": map[string]any{"name": "writer2"}},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	guard, err := r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "renamed-"+r.name+"-lease-guard."+r.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := "system:serviceaccount:" + r.ns + ":noetl-cmdbus-writer"
+	if got := leaseGuardWriters(guard); !slices.Contains(got, old) {
+		t.Errorf("the renamed release's lease guard admits %v, not %s (whom the live writer RoleBinding binds)", got, old)
+	}
+}
+
+// TestUpgradeFromThePreviousChartKeepsTheWritersAccount (issue 18, cold adoption): the upgrade from
+// 0.1.0 runs while 0.1.0's webhook, which has no RBAC entry, still serves; a rename of the writer's
+// account in it would move the RoleBinding off armed writers unreviewed. The chart refuses it.
+func TestUpgradeFromThePreviousChartKeepsTheWritersAccount(t *testing.T) {
+	t.Parallel()
+	prev := previousChart(t)
+	r := newRelease(t, nil)
+	ctx := context.Background()
+	if _, err := r.helm.InstallChart(ctx, prev, r.name, r.values(nil)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.helm.Uninstall(r.name, false); r.removeKeptLeaseGuard(t) })
+	_, err := r.helm.Upgrade(ctx, r.name, r.values(nil, map[string]any{"writer": map[string]any{"serviceAccount": map[string]any{"name": "writer2"}}}))
+	if err == nil || !strings.Contains(err.Error(), "upgrading from chart 0.1.0") {
+		t.Fatalf("a rename in the upgrade from %s: err = %v, want the chart's refusal", prev.Metadata.Version, err)
+	}
+	if _, err := r.helm.Upgrade(ctx, r.name, r.values(nil)); err != nil {
+		t.Fatalf("the upgrade without a rename: %v", err)
 	}
 }

@@ -160,6 +160,7 @@ type simProc struct {
 	blindFrom bool      // it created the Lease without ever having seen it exist
 	started   time.Time // true time it started
 	wakes     int       // rounds run (step mode) or timers fired (loop mode) in the quiet phase
+	lagUntil  time.Time // true time until which a storyline holds its watch events back
 }
 
 // simInc is one incarnation of the Lease (create to delete).
@@ -215,6 +216,12 @@ type sim struct {
 	// forgedReleases are the outside writes that blanked a held record.
 	forgedReleases []simForged
 	guard          map[string]int // participants' writes the lease guard would refuse, by rule
+
+	// The storylines (sim_story_test.go): their own stream of the seed's randomness (nil: off),
+	// the one under way, and the process whose identity the next one spawned takes.
+	srng   *rand.Rand
+	story  *story
+	twinOf *simProc
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -266,6 +273,9 @@ func (s *sim) spawn() {
 	if len(s.procs) > 0 && s.rng.Intn(12) == 0 {
 		// Two processes with one identity, by mistake (a copied Options.Identity).
 		identity = s.procs[s.rng.Intn(len(s.procs))].e.identity
+	}
+	if s.twinOf != nil { // a storyline's twin
+		identity, s.twinOf = s.twinOf.e.identity, nil
 	}
 	p.e = newElection(simStore{s: s, p: p}, testConfig(p.cfg.lease, p.cfg.renew), Options{
 		Identity: identity, Clock: p.clk, Logger: discard,
@@ -550,6 +560,9 @@ func simulate(t *testing.T, seed int64, steps int, loop bool) *sim {
 		mem: fake.NewLeaseStore(), ops: make(chan *simOp), owner: map[uint64]*simProc{}, before: map[uint64]*simProc{},
 		faults: map[string]int{}, excused: map[string]int{}, incs: map[types.UID]*simInc{}, forged: map[string]bool{}, rvHolding: map[string]*simHolding{},
 		guard: map[string]int{}, loop: loop}
+	if !simStoriesOff {
+		s.srng = rand.New(rand.NewSource(seed ^ 0x5707))
+	}
 	s.drift = s.rng.Intn(2) == 0
 	// Coarse steps reach far into a run; fine ones (a watch event handled within milliseconds
 	// of the write) reach the margins of the clock-rate rule, which are 1% of a lease.

@@ -382,3 +382,35 @@ func TestAReplayedReleaseNeverShortensTheWait(t *testing.T) {
 		clk.Step(time.Second)
 	}
 }
+
+// Found by the simulation's twin-after-delete storyline (seed 1796141689497856341): p holds epoch
+// 1; the Lease is deleted; a second process with p's identity (a copied Options.Identity) that
+// never saw the Lease creates it at once, epoch 1 again (the package doc's never-seen). p, its
+// token still fresh, reads that record — its name, its epoch — and took it for its own holding:
+// each twin then renewed the other's record as its own, both valid with one epoch for ever, which
+// no fence can tell apart; or, once it was no longer taken for p's holding, p took it for its own
+// record edited under its valid token and re-acquired at once over the twin's (and the twin over
+// p's). A record is our holding, or ours edited, only on the incarnation our write produced.
+func TestATwinsRecreatedLeaseIsNotOurHolding(t *testing.T) { onStores(t, twinRecreated) }
+
+func twinRecreated(r *rig) {
+	t, store, clk := r.t, r.store, r.clk
+	p := r.proc(store, "p#same", lease, renew)
+	p.round(ctx)
+	wantToken(t, "p", p, 1, true)
+	r.delete()
+	twin := r.proc(store, "p#same", lease, renew)
+	twin.round(ctx) // never saw the Lease: creates it at once, epoch 1
+	wantToken(t, "twin", twin, 1, true)
+	for end := clk.Now().Add(3 * lease); clk.Now().Before(end); clk.Step(renew / 2) {
+		p.round(ctx)
+		twin.round(ctx)
+		// The overlap never-seen allows is p's holding of the deleted Lease and the twin's
+		// create; neither may take the twin's record for its own, nor re-acquire at once over
+		// the other as if its own record had been edited.
+		if tp, tt := p.Token(), twin.Token(); tp.Valid && tt.Valid && (tp.Epoch != 1 || tt.Epoch != 1) {
+			t.Fatalf("%v after the twin's create: p %+v and the twin %+v both valid", clk.Now().Sub(t0), tp, tt)
+		}
+	}
+	notBothValid(t, "three leases after the twin's create", p, twin)
+}

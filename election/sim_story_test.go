@@ -33,7 +33,7 @@ const (
 	// storyBeatShare: a beat whose moment has come is taken on 1 in n steps (the rest are random).
 	storyBeatShare = 3
 	// storyMaxSteps: a storyline not told within this many steps is abandoned.
-	storyMaxSteps = 2500
+	storyMaxSteps = 800
 )
 
 // storyline is one scenario family: begin casts its roles (false: its preconditions do not hold
@@ -79,9 +79,15 @@ func (s *sim) storyStep() bool {
 		if s.srng.Intn(storyEvery) != 0 {
 			return false
 		}
-		line := pickStoryline(s.srng)
-		st = &story{line: line, cast: map[string]*simProc{}}
-		if !line.begin(s, st) {
+		// The first storyline, in a weighted random order, whose preconditions hold now.
+		var line *storyline
+		for _, l := range storylineOrder(s.srng) {
+			if st = (&story{line: l, cast: map[string]*simProc{}}); l.begin(s, st) {
+				line = l
+				break
+			}
+		}
+		if line == nil {
 			return false
 		}
 		s.story = st
@@ -95,6 +101,7 @@ func (s *sim) storyStep() bool {
 	}
 	st.steps++
 	if st.steps > storyMaxSteps || st.abandoned {
+		s.faults[fmt.Sprintf("storyline %s (abandoned at beat %d)", st.line.name, st.beat+1)]++
 		s.logf("storyline %s abandoned before %q", st.line.name, st.line.beats[st.beat].what)
 		s.story = nil
 		return false
@@ -114,18 +121,23 @@ func (s *sim) storyStep() bool {
 	return true
 }
 
-func pickStoryline(r *rand.Rand) *storyline {
-	total := 0
-	for _, l := range storylines {
-		total += l.weight
-	}
-	n := r.Intn(total)
-	for _, l := range storylines {
-		if n -= l.weight; n < 0 {
-			return l
+// storylineOrder is every storyline in a random order, each drawn by its weight.
+func storylineOrder(r *rand.Rand) []*storyline {
+	rest := append([]*storyline(nil), storylines...)
+	var out []*storyline
+	for len(rest) > 0 {
+		total := 0
+		for _, l := range rest {
+			total += l.weight
 		}
+		n, i := r.Intn(total), 0
+		for ; n >= rest[i].weight; i++ {
+			n -= rest[i].weight
+		}
+		out = append(out, rest[i])
+		rest = append(rest[:i], rest[i+1:]...)
 	}
-	return storylines[len(storylines)-1]
+	return out
 }
 
 // The storylines. Each says which rule of the package doc it sets up, and how.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,9 +24,11 @@ import (
 // every step is checked by the same checker, with the same excuses. Random steps go on between
 // the beats, and a storyline whose moment does not come (its cast dies, the run moves elsewhere)
 // is abandoned. The storylines draw from their own stream of the seed's randomness:
-// EHDB_SIM_STORIES=off runs without them (a seed recorded before they existed replays as it did).
+// EHDB_SIM_STORIES=off runs without them (a seed recorded before they existed replays as it did),
+// EHDB_SIM_STORIES=<name> with only that one.
 
-var simStoriesOff = os.Getenv("EHDB_SIM_STORIES") == "off"
+// EHDB_SIM_STORIES=off: no storylines; =<name>: only the storyline of that name (to study one).
+var simStoriesOff, simStoryOnly = os.Getenv("EHDB_SIM_STORIES") == "off", os.Getenv("EHDB_SIM_STORIES")
 
 const (
 	// storyEvery: with no storyline under way, one begins on a step with this chance (1 in n).
@@ -50,6 +53,11 @@ type storyBeat struct {
 	// urgent: tried on every step, not on a share of them (the moment is brief).
 	urgent bool
 	act    func(s *sim, st *story) bool
+	// drive, when set, is what the beat does while act says its moment has not come: it moves
+	// the storyline's process along (answers its call, runs its round, lets time pass to its
+	// next wake), so that the sequence plays out before random faults scatter it; false: it
+	// did nothing this step.
+	drive func(s *sim, st *story) bool
 }
 
 // story is a storyline being told.
@@ -60,6 +68,7 @@ type story struct {
 	cast      map[string]*simProc
 	uid       types.UID // an incarnation a beat remembers
 	rv        string    // a record version a beat remembers
+	beatAt    time.Time // true time the current beat was first tried
 	abandoned bool
 }
 
@@ -82,6 +91,9 @@ func (s *sim) storyStep() bool {
 		// The first storyline, in a weighted random order, whose preconditions hold now.
 		var line *storyline
 		for _, l := range storylineOrder(s.srng) {
+			if simStoryOnly != "" && l.name != simStoryOnly {
+				continue
+			}
 			if st = (&story{line: l, cast: map[string]*simProc{}}); l.begin(s, st) {
 				line = l
 				break
@@ -110,9 +122,13 @@ func (s *sim) storyStep() bool {
 	if !b.urgent && s.srng.Intn(storyBeatShare) != 0 {
 		return false
 	}
-	if !b.act(s, st) {
-		return false
+	if st.beatAt.IsZero() {
+		st.beatAt = s.clk.Now()
 	}
+	if !b.act(s, st) {
+		return b.drive != nil && !st.abandoned && b.drive(s, st)
+	}
+	st.beatAt = time.Time{}
 	s.logf("storyline %s: %s", st.line.name, b.what)
 	if st.beat++; st.beat == len(st.line.beats) {
 		s.faults["storyline "+st.line.name+" (told)"]++
@@ -151,7 +167,7 @@ func init() {
 			// longer holder's record, then its watch breaks (a partition), the holder stops, the
 			// Lease is deleted, the candidate's watch comes back and it reads the absence. It
 			// must wait out the longest duration it saw, not its own.
-			name: "rolling-update-partition-delete", weight: 3,
+			name: "rolling-update-partition-delete", weight: 5,
 			begin: func(s *sim, st *story) bool {
 				h := s.validHolder()
 				cur := s.storedRec()
@@ -173,6 +189,7 @@ func init() {
 				{what: "the Lease is deleted", act: func(s *sim, st *story) bool { return s.storyDelete(st) }},
 				{what: "c's watch comes back", act: func(s *sim, st *story) bool { return s.storyStartWatch(st, st.cast["c"]) }},
 				{what: "c reads the absence", act: func(s *sim, st *story) bool { return s.storyRound(st, st.cast["c"]) }},
+				storyFollow("c times the absence", "c", func(s *sim, st *story) bool { return st.cast["c"].e.Token().Valid }),
 			},
 		},
 		{
@@ -229,6 +246,7 @@ func init() {
 					s.storyResume(p)
 					return s.storyDeliver(st, p)
 				}},
+				storyFollow("p times q's record", "p", func(s *sim, st *story) bool { return st.cast["p"].e.Token().Valid }),
 			},
 		},
 		{
@@ -257,8 +275,14 @@ func init() {
 						return st.abandon()
 					}
 					s.storyResume(p)
-					return s.storyRelease(st, p)
+					if !s.storyRelease(st, p) {
+						return false
+					}
+					st.cast["d"] = s.storyPick(func(q *simProc) bool { return q != st.cast["twin"] })
+					return st.cast["d"] != nil || st.abandon()
 				}},
+				storyFollow("p's release travels", "p", func(s *sim, st *story) bool { return st.cast["p"].op == nil }),
+				storyFollow("a third process acts on what it sees", "d", func(s *sim, st *story) bool { return st.cast["d"].e.Token().Valid }),
 			},
 		},
 		{
@@ -294,6 +318,7 @@ func init() {
 					s.storyResume(st.cast["p"])
 					return true
 				}},
+				storyFollow("p reads the twin's record", "p", func(s *sim, st *story) bool { return st.cast["p"].e.Token().Valid }),
 			},
 		},
 		{
@@ -333,16 +358,15 @@ func init() {
 					st.cast["q"] = q
 					return s.storyPause(st, q) && s.storyDelete(st)
 				}},
+				storyFollow("c polls on", "c", func(s *sim, st *story) bool { return st.cast["c"].e.Token().Valid }),
 			},
 		},
 		{
-			// Deletion (a read's absence of a Lease the watch still shows waits for its DELETED
-			// event; an absence is timed from its own first sighting, not the record's): b's
-			// watch restarts and then lags; the record changes after that (the holder renews, or
-			// releases and a process with another lease takes over); the holder stops and the
-			// Lease is deleted; b reads the absence while its stream still carries the writes
-			// before the delete.
-			name: "lagging-watch-delete", weight: 4,
+			// Deletion (an absence is timed from its own first sighting, not from the record's):
+			// b's watch restarts and then lags, b reads nothing; the holder renews (down b's
+			// lagging stream); the holder stops and the Lease is deleted; b reads the absence.
+			// The renewal b never saw is valid for a lease from its send, after b's stream began.
+			name: "lagging-watch-delete", weight: 3,
 			begin: func(s *sim, st *story) bool {
 				w := s.validHolder()
 				if w == nil {
@@ -356,7 +380,7 @@ func init() {
 				return true
 			},
 			beats: []storyBeat{
-				{what: "b's watch restarts and lags (b reads at once, or not)", act: func(s *sim, st *story) bool {
+				{what: "b's watch restarts and lags", act: func(s *sim, st *story) bool {
 					b := st.cast["b"]
 					cur := s.storedRec()
 					if cur == nil || !s.storyRestartWatch(st, b) {
@@ -364,33 +388,73 @@ func init() {
 					}
 					st.rv = cur.ResourceVersion
 					s.storyLag(b)
-					if s.srng.Intn(2) == 0 {
-						s.storyRound(st, b)
-					}
 					return true
 				}},
-				{what: "w renews, or releases (a new process takes its place)", act: func(s *sim, st *story) bool {
-					w := st.cast["w"]
-					if s.srng.Intn(2) == 0 && !w.done && w.e.Token().Valid && s.idle(w) {
-						return s.storyRelease(st, w)
-					}
-					return true
-				}},
-				{what: "the record has changed and its holder stops (paused); the Lease is deleted", act: func(s *sim, st *story) bool {
+				storyFollow("w renews", "w", func(s *sim, st *story) bool {
 					cur := s.storedRec()
-					if cur == nil {
+					return cur == nil || cur.ResourceVersion != st.rv
+				}),
+				{what: "w stops (paused) and the Lease is deleted", act: func(s *sim, st *story) bool {
+					w := st.cast["w"]
+					if !w.e.Token().Valid {
 						return st.abandon()
 					}
-					if cur.ResourceVersion == st.rv {
-						return false
-					}
-					q := s.validHolder()
-					if q == nil || q == st.cast["b"] {
-						return false
-					}
-					return s.storyPause(st, q) && s.storyDelete(st)
+					return s.storyPause(st, w) && s.storyDelete(st)
 				}},
 				{what: "b reads the absence", act: func(s *sim, st *story) bool { return s.storyRound(st, st.cast["b"]) }},
+				storyFollow("b times the absence", "b", func(s *sim, st *story) bool { return st.cast["b"].e.Token().Valid }),
+			},
+		},
+		{
+			// Deletion (a read's absence of a Lease the watch still shows waits for its DELETED
+			// event): b reads w's record after its stream began, then its stream lags; w
+			// releases and x, whose lease is longer than any b has seen, takes the release; x
+			// stops and the Lease is deleted; b reads the absence. x's duration is still on its
+			// way down b's stream, before the DELETED event.
+			name: "lagging-watch-takeover-delete", weight: 4,
+			begin: func(s *sim, st *story) bool {
+				w := s.validHolder()
+				cur := s.storedRec()
+				if w == nil || cur == nil || !s.idle(w) {
+					return false
+				}
+				b := s.storyPick(func(p *simProc) bool { return p != w && s.watches(p) && s.idle(p) })
+				if b == nil {
+					return false
+				}
+				x := s.storyPick(func(p *simProc) bool {
+					return p != w && p != b && p.cfg.lease > b.cfg.lease && p.cfg.lease > time.Duration(durationSecsOf(cur))*time.Second
+				})
+				if x == nil {
+					return false
+				}
+				st.cast["w"], st.cast["b"], st.cast["x"] = w, b, x
+				return true
+			},
+			beats: []storyBeat{
+				{what: "b's watch restarts, b reads", act: func(s *sim, st *story) bool {
+					b := st.cast["b"]
+					if !s.storyRestartWatch(st, b) {
+						return st.abandon()
+					}
+					return s.storyRound(st, b)
+				}},
+				storyFollow("b's read is answered", "b", func(s *sim, st *story) bool { return st.cast["b"].op == nil }),
+				{what: "b's watch lags; w shuts down gracefully", act: func(s *sim, st *story) bool {
+					s.storyLag(st.cast["b"])
+					return s.storyRelease(st, st.cast["w"])
+				}},
+				storyFollow("w's release travels", "w", func(s *sim, st *story) bool { return st.cast["w"].op == nil }),
+				storyFollow("x takes the release", "x", func(s *sim, st *story) bool { return st.cast["x"].e.Token().Valid }),
+				{what: "x stops (paused) and the Lease is deleted", act: func(s *sim, st *story) bool {
+					x := st.cast["x"]
+					if !x.e.Token().Valid {
+						return st.abandon()
+					}
+					return s.storyPause(st, x) && s.storyDelete(st)
+				}},
+				{what: "b reads the absence", act: func(s *sim, st *story) bool { return s.storyRound(st, st.cast["b"]) }},
+				storyFollow("b times the absence", "b", func(s *sim, st *story) bool { return st.cast["b"].e.Token().Valid }),
 			},
 		},
 	}
@@ -629,4 +693,66 @@ func (s *sim) storyRelease(st *story, p *simProc) bool {
 	}
 	s.releaseStep(p)
 	return true
+}
+
+// storyDrive moves p one move along: its call reaches the store or is answered, or it runs the
+// round its driver would run now, or time passes to its next wake. False: nothing to do for it.
+func (s *sim) storyDrive(p *simProc) bool {
+	if p.crashed || p.paused || p.clk.isSuspended() || p.clk.isFrozen() {
+		return false
+	}
+	if op := p.op; op != nil {
+		switch {
+		case !op.applied && s.clk.Since(op.issued) <= p.e.callTimeout:
+			s.applyOp(op)
+		case s.loop:
+			s.endCall(p, s.answerLoop)
+		default:
+			s.endCall(p, s.answer)
+		}
+		return true
+	}
+	if p.done {
+		return false
+	}
+	if s.watches(p) && !s.lagging(p) {
+		// The events its stream has brought, first.
+		if s.loop {
+			if s.deliver(p) {
+				return true
+			}
+		} else if ev, ok := s.nextEvent(p); ok {
+			s.handleEvent(p, ev)
+			return true
+		} else if p.w == nil {
+			return true // the stream ended
+		}
+	}
+	if s.loop {
+		if _, at, ok := p.clk.nextTimer(); ok && at.Sub(s.clk.Now()) < 2*s.maxLease {
+			s.clk.Step(max(0, at.Sub(s.clk.Now()))) // the step's end fires it
+			return true
+		}
+		return false
+	}
+	if p.e.nextDelay() <= 0 {
+		s.run(p, func() { p.e.round(context.Background()) })
+		return true
+	}
+	if d := time.Duration(float64(p.e.nextDelay())/p.clk.rate) + time.Nanosecond; d < 2*s.maxLease {
+		s.clk.Step(d)
+		return true
+	}
+	return false
+}
+
+// storyFollow is a beat that drives the role's process until done says so, or for at most two of
+// the longest leases.
+func storyFollow(what, role string, done func(s *sim, st *story) bool) storyBeat {
+	return storyBeat{what: what,
+		act: func(s *sim, st *story) bool {
+			return done(s, st) || s.clk.Since(st.beatAt) > 2*s.maxLease
+		},
+		drive: func(s *sim, st *story) bool { return s.storyDrive(st.cast[role]) },
+	}
 }

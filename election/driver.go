@@ -372,7 +372,11 @@ func (e *Election) recall(l *coordinationv1.Lease) {
 func (e *Election) seeAbsent(deleted *coordinationv1.Lease) {
 	d := &e.d
 	now := e.clock.Now()
-	first := !d.known || d.rec != nil
+	// The first sighting of this absence, or the first under the current stream: a stream that
+	// began after we last saw the Lease absent may still carry a holding's writes since (a
+	// recreate before it began, renewals after), undelivered; a read after it began that finds
+	// no Lease comes after all of them.
+	first := !d.known || d.rec != nil || d.watching && !d.absentSince.After(d.watchFrom)
 	if deleted != nil {
 		e.remember(deleted)
 	}

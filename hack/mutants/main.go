@@ -37,8 +37,8 @@ var mutants = []mutant{
 		"_ = b\n\treturn now.Sub(sent) < e.validFor"},
 	// The rules of issue 16.
 	{"R-own: any record naming us with our epoch is our holding", "driver.go",
-		"case e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:",
-		"case true:"},
+		"case rec.UID == d.ownUID && e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:",
+		"case rec.UID == d.ownUID:"},
 	{"R-reclaim: re-acquire at once on any record naming us, not only at the edited resourceVersion", "driver.go",
 		"\tcase d.reclaimable():\n\t\t// Our record,",
 		"\tcase d.reclaimRV != \"\" && holder == e.identity:\n\t\t// Our record,"},

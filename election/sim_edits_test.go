@@ -40,10 +40,12 @@ func guardRefusal(old, next *coordinationv1.Lease) string {
 	case newH != "" && newH != oldH && newEp != oldEp+1:
 		return "holder changed without +1"
 	case durationSecsOf(next) < durationSecsOf(old) && oldH != "":
-		return "duration decreased on a held record"
+		return guardShorterDuration
 	}
 	return ""
 }
+
+const guardShorterDuration = "duration decreased on a held record"
 
 func transitionsOf(l *coordinationv1.Lease) int32 {
 	if l == nil || l.Spec.LeaseTransitions == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -69,6 +70,7 @@ type story struct {
 	uid       types.UID // an incarnation a beat remembers
 	rv        string    // a record version a beat remembers
 	beatAt    time.Time // true time the current beat was first tried
+	variant   int       // which way a storyline with two goes
 	abandoned bool
 }
 
@@ -171,19 +173,28 @@ func init() {
 			begin: func(s *sim, st *story) bool {
 				h := s.validHolder()
 				cur := s.storedRec()
-				if h == nil || cur == nil {
+				if h == nil || cur == nil || s.shortestConfig().lease >= h.cfg.lease {
 					return false
 				}
-				c := s.storyPick(func(p *simProc) bool {
+				st.cast["h"] = h
+				if c := s.storyPick(func(p *simProc) bool {
 					return p != h && p.cfg.lease < h.cfg.lease && s.wasShown(p, cur)
-				})
-				if c == nil {
-					return false
+				}); c != nil {
+					st.cast["c"] = c
 				}
-				st.cast["h"], st.cast["c"] = h, c
 				return true
 			},
 			beats: []storyBeat{
+				{what: "a process with the shortest lease starts in another's place, and sees h's record", act: func(s *sim, st *story) bool {
+					if c := st.cast["c"]; c != nil {
+						return true
+					}
+					return s.storyRestartAs(st, "c", s.shortestConfig(), st.cast["h"])
+				}},
+				storyFollow("c sees h's record", "c", func(s *sim, st *story) bool {
+					cur := s.storedRec()
+					return cur == nil || s.wasShown(st.cast["c"], cur) && st.cast["c"].op == nil
+				}),
 				{what: "c's watch breaks", act: func(s *sim, st *story) bool { return s.storyBreakWatch(st, st.cast["c"]) }},
 				{what: "h stops (paused)", act: func(s *sim, st *story) bool { return s.storyPause(st, st.cast["h"]) }},
 				{what: "the Lease is deleted", act: func(s *sim, st *story) bool { return s.storyDelete(st) }},
@@ -296,7 +307,7 @@ func init() {
 				if p == nil || p.e.Token().Epoch != 1 || !s.idle(p) {
 					return false
 				}
-				st.cast["p"] = p
+				st.cast["p"], st.variant = p, s.srng.Intn(2)
 				return true
 			},
 			beats: []storyBeat{
@@ -307,18 +318,22 @@ func init() {
 				}},
 				{what: "the Lease is deleted", act: func(s *sim, st *story) bool { return s.storyDelete(st) }},
 				{what: "a twin of p starts in another's place", act: func(s *sim, st *story) bool { return s.storyTwin(st, st.cast["p"]) }},
-				{what: "the twin holds and p's token has lapsed", act: func(s *sim, st *story) bool {
+				{what: "the twin holds (and p's token has lapsed, or not)", act: func(s *sim, st *story) bool {
 					tw := st.cast["twin"]
 					if tw.done {
 						return st.abandon()
 					}
-					return tw.e.Token().Valid && !st.cast["p"].e.Token().Valid
+					return tw.e.Token().Valid && (st.variant == 0 || !st.cast["p"].e.Token().Valid)
 				}},
 				{what: "p resumes", act: func(s *sim, st *story) bool {
 					s.storyResume(st.cast["p"])
 					return true
 				}},
-				storyFollow("p reads the twin's record", "p", func(s *sim, st *story) bool { return st.cast["p"].e.Token().Valid }),
+				storyFollow("p reads the twin's record", "p", func(s *sim, st *story) bool {
+					p := st.cast["p"]
+					return p.op == nil && p.e.d.known && p.e.d.rec != nil && p.e.d.rec.UID != st.uid
+				}),
+				storyFollow("the twin reads what p did", "twin", func(s *sim, st *story) bool { return false }),
 			},
 		},
 		{
@@ -406,6 +421,62 @@ func init() {
 			},
 		},
 		{
+			// Deletion (an absence known before the current stream is timed again under it): c
+			// sees the Lease deleted; the holder, valid as it learned of it, recreates it at once;
+			// c's watch restarts right after, its new stream lagging (the opening ADDED and all
+			// after it still on the way); the holder renews, stops, and the Lease is deleted again;
+			// c reads the absence, which it knew of before its stream began.
+			name: "lagging-watch-recreate-delete", weight: 3,
+			begin: func(s *sim, st *story) bool {
+				h := s.validHolder()
+				if h == nil || !s.watches(h) {
+					return false
+				}
+				c := s.storyPick(func(p *simProc) bool { return p != h && s.watches(p) && s.idle(p) })
+				if c == nil {
+					return false
+				}
+				st.cast["h"], st.cast["c"] = h, c
+				return true
+			},
+			beats: []storyBeat{
+				{what: "the Lease is deleted", act: func(s *sim, st *story) bool { return s.storyDelete(st) }},
+				storyFollow("c learns of the absence", "c", func(s *sim, st *story) bool {
+					c := st.cast["c"]
+					return c.op == nil && c.e.d.known && c.e.d.rec == nil
+				}),
+				storyFollow("h recreates the Lease", "h", func(s *sim, st *story) bool {
+					cur := s.storedRec()
+					return cur != nil && cur.UID != st.uid && st.cast["h"].op == nil
+				}),
+				{what: "c's watch restarts and lags", act: func(s *sim, st *story) bool {
+					c, cur := st.cast["c"], s.storedRec()
+					if cur == nil || !st.cast["h"].e.Token().Valid {
+						return st.abandon()
+					}
+					if !s.storyRestartWatch(st, c) {
+						return false
+					}
+					st.rv = cur.ResourceVersion
+					s.storyLag(c)
+					return true
+				}},
+				storyFollow("h renews", "h", func(s *sim, st *story) bool {
+					cur := s.storedRec()
+					return cur == nil || cur.ResourceVersion != st.rv
+				}),
+				{what: "h stops (paused) and the Lease is deleted", act: func(s *sim, st *story) bool {
+					h := st.cast["h"]
+					if !h.e.Token().Valid {
+						return st.abandon()
+					}
+					return s.storyPause(st, h) && s.storyDelete(st)
+				}},
+				{what: "c reads the absence", act: func(s *sim, st *story) bool { return s.storyRound(st, st.cast["c"]) }},
+				storyFollow("c times the absence", "c", func(s *sim, st *story) bool { return st.cast["c"].e.Token().Valid }),
+			},
+		},
+		{
 			// Deletion (a read's absence of a Lease the watch still shows waits for its DELETED
 			// event): b reads w's record after its stream began, then its stream lags; w
 			// releases and x, whose lease is longer than any b has seen, takes the release; x
@@ -422,16 +493,25 @@ func init() {
 				if b == nil {
 					return false
 				}
-				x := s.storyPick(func(p *simProc) bool {
-					return p != w && p != b && p.cfg.lease > b.cfg.lease && p.cfg.lease > time.Duration(durationSecsOf(cur))*time.Second
-				})
-				if x == nil {
-					return false
+				longer := func(p *simProc) bool {
+					return p.cfg.lease > b.cfg.lease && p.cfg.lease > time.Duration(durationSecsOf(cur))*time.Second
 				}
-				st.cast["w"], st.cast["b"], st.cast["x"] = w, b, x
+				if !longer(&simProc{cfg: simConfig{lease: s.maxLease}}) {
+					return false // no configuration of the seed has a longer lease
+				}
+				st.cast["w"], st.cast["b"] = w, b
+				if x := s.storyPick(func(p *simProc) bool { return p != w && p != b && longer(p) }); x != nil {
+					st.cast["x"] = x
+				}
 				return true
 			},
 			beats: []storyBeat{
+				{what: "a process with the longest lease starts in another's place (a rolling update)", act: func(s *sim, st *story) bool {
+					if st.cast["x"] != nil {
+						return true
+					}
+					return s.storyRestartAs(st, "x", s.longestConfig(), st.cast["w"], st.cast["b"])
+				}},
 				{what: "b's watch restarts, b reads", act: func(s *sim, st *story) bool {
 					b := st.cast["b"]
 					if !s.storyRestartWatch(st, b) {
@@ -749,10 +829,44 @@ func (s *sim) storyDrive(p *simProc) bool {
 // storyFollow is a beat that drives the role's process until done says so, or for at most two of
 // the longest leases.
 func storyFollow(what, role string, done func(s *sim, st *story) bool) storyBeat {
-	return storyBeat{what: what,
+	return storyBeat{what: what, urgent: true,
 		act: func(s *sim, st *story) bool {
 			return done(s, st) || s.clk.Since(st.beatAt) > 2*s.maxLease
 		},
-		drive: func(s *sim, st *story) bool { return s.storyDrive(st.cast[role]) },
+		// Three steps in four: random steps (faults included) go on in between.
+		drive: func(s *sim, st *story) bool { return s.srng.Intn(4) != 0 && s.storyDrive(st.cast[role]) },
 	}
+}
+
+func (s *sim) longestConfig() simConfig {
+	best := s.configs[0]
+	for _, c := range s.configs {
+		if c.lease > best.lease {
+			best = c
+		}
+	}
+	return best
+}
+
+func (s *sim) shortestConfig() simConfig {
+	best := s.configs[0]
+	for _, c := range s.configs {
+		if c.lease < best.lease {
+			best = c
+		}
+	}
+	return best
+}
+
+// storyRestartAs: a process with configuration cfg (one of the seed's) takes the place of a live
+// process other than keep (crashed, as a rolling update's restart), cast as role.
+func (s *sim) storyRestartAs(st *story, role string, cfg simConfig, keep ...*simProc) bool {
+	victim := s.storyPick(func(q *simProc) bool { return !q.e.Token().Valid && !slices.Contains(keep, q) })
+	if victim == nil {
+		return false
+	}
+	s.nextCfg = &cfg
+	s.crash(victim)
+	st.cast[role] = s.procs[len(s.procs)-1]
+	return true
 }

@@ -119,6 +119,8 @@ type simHolding struct {
 	uid      types.UID
 	duration time.Duration // the duration its record states
 	epoch    uint64
+	// lastLanded is the true time its last write (the acquisition or a renewal) was applied.
+	lastLanded time.Time
 }
 
 type simProc struct {
@@ -219,9 +221,10 @@ type sim struct {
 
 	// The storylines (sim_story_test.go): their own stream of the seed's randomness (nil: off),
 	// the one under way, and the process whose identity the next one spawned takes.
-	srng   *rand.Rand
-	story  *story
-	twinOf *simProc
+	srng    *rand.Rand
+	story   *story
+	twinOf  *simProc
+	nextCfg *simConfig
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -255,6 +258,9 @@ func (s *sim) fail(format string, args ...any) {
 func (s *sim) spawn() {
 	p := &simProc{n: len(s.procs), holdings: map[uint64]*simHolding{}, started: s.clk.Now(), shownHoldings: map[holdingKey]int{}}
 	p.cfg = s.configs[s.rng.Intn(len(s.configs))]
+	if s.nextCfg != nil { // a storyline's restart
+		p.cfg, s.nextCfg = *s.nextCfg, nil
+	}
 	var offset time.Duration
 	rate := 1.0
 	if s.drift {
@@ -335,6 +341,14 @@ func (s *sim) noteWrite(op *simOp, l *coordinationv1.Lease) {
 	if op.what == "update" && op.baseRec != nil {
 		if r := guardRefusal(op.baseRec, l); r != "" {
 			s.guard[r]++
+			if r == guardShorterDuration {
+				// The package doc: a takeover of a record that is not released writes at least
+				// its duration (a third process that sees only our record must wait long
+				// enough). On a cluster with the chart, the lease guard refuses such a write:
+				// the takeover would never land.
+				s.fail("p%d's %s shortens the duration of a held record from %ds to %ds, which the lease guard refuses",
+					p.n, op.what, durationSecsOf(op.baseRec), durationSecsOf(l))
+			}
 		}
 	}
 	ep := epochOf(l)
@@ -345,6 +359,7 @@ func (s *sim) noteWrite(op *simOp, l *coordinationv1.Lease) {
 		// A new holding (the same epoch again: a create by a process that knows of none).
 		p.holdings[ep] = &simHolding{op: op, uid: l.UID, epoch: ep, duration: time.Duration(durationSecsOf(l)) * time.Second}
 	}
+	p.holdings[ep].lastLanded = op.landed
 	if s.before[ep] == p {
 		return // a holding from before an epoch-lowering fault goes on
 	}

@@ -50,12 +50,19 @@ import (
 // or writes any value the API server accepts into it (sim_edits_test.go), each write tagged with
 // whether the lease guard would admit it.
 //
+// Besides the uniform random steps it tells storylines (sim_story_test.go): scenario families,
+// drawn by weight, that set up the preconditions one rule guards (mixed lease durations with a
+// partition and a deletion, an edit under a valid token and then a pause, identity twins, a
+// lagging watch over a deletion) and then go on at random; every beat is a step the random ones
+// may take too, and is checked the same way.
+//
 // After every step it asserts, on the true clock, from every process's Token() (dead ones too:
 // their tokens lapse, they do not vanish), that no two tokens are valid at once, unless the overlap
 // matches one of the package doc's named non-guarantees by an exact condition (sim_check_test.go);
 // the overlaps excused are counted per name. Per process, epochs only go up; across processes,
 // every new holding is above every epoch before it (from the last outside fault that lowered the
-// stored epoch on). Twice a run the faults stop and liveness is checked. A failure prints a line
+// stored epoch on), and no participant's write shortens the duration of a held record (the lease
+// guard would refuse it). Twice a run the faults stop and liveness is checked. A failure prints a line
 // with "seed" and "rerun" (hack/mutants greps for both); EHDB_SIM_SEED=<n> reruns one seed,
 // EHDB_SIM_SEEDS=<n> runs more (make sim), EHDB_SIM_TRACE=<n> prints more of the trace.
 

@@ -33,7 +33,7 @@ var simStoriesOff, simStoryOnly = os.Getenv("EHDB_SIM_STORIES") == "off", os.Get
 
 const (
 	// storyEvery: with no storyline under way, one begins on a step with this chance (1 in n).
-	storyEvery = 60
+	storyEvery = 40
 	// storyBeatShare: a beat whose moment has come is taken on 1 in n steps (the rest are random).
 	storyBeatShare = 3
 	// storyMaxSteps: a storyline not told within this many steps is abandoned.
@@ -426,7 +426,7 @@ func init() {
 			// c's watch restarts right after, its new stream lagging (the opening ADDED and all
 			// after it still on the way); the holder renews, stops, and the Lease is deleted again;
 			// c reads the absence, which it knew of before its stream began.
-			name: "lagging-watch-recreate-delete", weight: 3,
+			name: "lagging-watch-recreate-delete", weight: 6,
 			begin: func(s *sim, st *story) bool {
 				h := s.validHolder()
 				if h == nil || !s.watches(h) {
@@ -482,7 +482,7 @@ func init() {
 			// releases and x, whose lease is longer than any b has seen, takes the release; x
 			// stops and the Lease is deleted; b reads the absence. x's duration is still on its
 			// way down b's stream, before the DELETED event.
-			name: "lagging-watch-takeover-delete", weight: 4,
+			name: "lagging-watch-takeover-delete", weight: 8,
 			begin: func(s *sim, st *story) bool {
 				if s.loop {
 					// Step mode only, for now: on the real loop it found an overlap (seed

@@ -16,14 +16,16 @@
 //
 //   - Our holding is the record our own write produced. A record is ours only at the
 //     resourceVersion our last answered write produced, or — seen while our token is still fresh —
-//     one that names us with our epoch and a duration no shorter than ours (while our token is
-//     fresh no one else can have acquired). Anything else is a loss, however much it looks like
-//     ours: our name on another holder's record, an epoch we did not mint, a shortened duration.
-//   - Re-acquiring at once. When our record is edited under a valid token of ours, we re-acquire
-//     at once (above every epoch seen), but only while the Lease is at exactly the resourceVersion
-//     we saw then: any later record may be someone's acquisition, and is timed. At most once a
-//     lease: two processes sharing one identity by mistake would otherwise re-acquire over each
-//     other for ever, each reading the other's record as an edit of its own.
+//     one of the same incarnation (UID) that names us with our epoch and a duration no shorter than
+//     ours (while our token is fresh no one else can have acquired it). Anything else is a loss,
+//     however much it looks like ours: our name on another holder's record, an epoch we did not
+//     mint, a shortened duration, a Lease recreated with our name and epoch (by a process sharing
+//     our identity that never saw it).
+//   - Re-acquiring at once. When our record (of our incarnation) is edited under a valid token of
+//     ours, we re-acquire at once (above every epoch seen), but only while the Lease is at exactly
+//     the resourceVersion we saw then: any later record may be someone's acquisition, and is
+//     timed. At most once a lease: two processes sharing one identity by mistake would otherwise
+//     re-acquire over each other for ever, each reading the other's record as an edit of its own.
 //   - Lost answers. An acquisition whose answer never came is never adopted, even when the record
 //     carries our name, epoch and renewTime: an edit can copy those onto the record of the process
 //     that won. The record is timed like any other (as after a crash, it costs up to one lease).
@@ -37,8 +39,9 @@
 //     so a third process that sees only its record waits long enough; a holder that sees its
 //     record's duration shortened treats it as a loss.
 //   - Deletion. An absent Lease is created only after its absence has been watched, unbroken, for
-//     the longest duration this process believes in, timed from the later of the first sighting of
-//     the absence (or the DELETED event) and the start of the watch. Two reads that both find no
+//     the longest duration this process believes in, timed from the first sighting of the absence
+//     (a read, or the DELETED event) under the current watch: a stream begun after an earlier
+//     sighting may still carry, undelivered, a holding's writes since. Two reads that both find no
 //     Lease say nothing of a create and delete between them, so a process whose watch is down never
 //     recreates a Lease it saw exist (a liveness cost, in a case the lease guard refuses anyway).
 //     And a read that finds the Lease gone while the watch still shows it counts only from the

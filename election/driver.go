@@ -174,7 +174,9 @@ func (e *Election) checkLoss(now time.Time) {
 	// At most once a lease: two processes that share one identity by mistake would otherwise
 	// re-acquire over each other for ever, each reading the other's record as an edit of its own.
 	reclaimedLately := !d.reclaimedAt.IsZero() && e.clock.Since(d.reclaimedAt) < e.cfg.LeaseDuration
-	if d.rec != nil && holderOf(d.rec) == e.identity && e.fresh(now, d.lastSend, d.lastBoot) && !reclaimedLately {
+	// Only our own incarnation: a Lease recreated with our name (a process sharing our identity
+	// that never saw it) is not our record edited, and may be a live holding.
+	if d.rec != nil && holderOf(d.rec) == e.identity && d.rec.UID == d.ownUID && e.fresh(now, d.lastSend, d.lastBoot) && !reclaimedLately {
 		d.reclaimRV = d.rec.ResourceVersion
 	}
 	e.publish()
@@ -186,9 +188,12 @@ func (e *Election) checkLoss(now time.Time) {
 
 // ours says whether rec is still the holding this process minted: the very record our last
 // successful write produced (its resourceVersion), or — seen while our token is still fresh — a
-// record that names us with our epoch and a duration no shorter than ours. The second covers a
-// renewal whose answer was lost and harmless edits (a label): while our token is fresh no one else
-// can have acquired, so the record's lineage since our write holds only our writes and edits. A
+// record of the same incarnation (UID) that names us with our epoch and a duration no shorter
+// than ours. The second covers a renewal whose answer was lost and harmless edits (a label): while
+// our token is fresh no one else can have acquired our incarnation, so the record's lineage since
+// our write holds only our writes and edits. Another incarnation is never ours: a process sharing
+// our identity that never saw the Lease recreates it after a deletion with our name and our epoch
+// (1), and each of us would renew the other's record as its own, both valid for ever. A
 // record seen once our token has lapsed may be anyone's (an edit naming us over another holder's),
 // one with another epoch would hand the fence a token already issued, and one with a shorter
 // duration lets candidates take over before our token lapses: each is a loss. Accepting a record
@@ -200,7 +205,7 @@ func (e *Election) ours(rec *coordinationv1.Lease, now time.Time) bool {
 		return false
 	case d.ownRV != "" && rec.ResourceVersion == d.ownRV:
 		return true
-	case e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:
+	case rec.UID == d.ownUID && e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:
 		d.ownRV = rec.ResourceVersion
 		return true
 	}
@@ -367,7 +372,11 @@ func (e *Election) recall(l *coordinationv1.Lease) {
 func (e *Election) seeAbsent(deleted *coordinationv1.Lease) {
 	d := &e.d
 	now := e.clock.Now()
-	first := !d.known || d.rec != nil
+	// The first sighting of this absence, or the first under the current stream: a stream that
+	// began after we last saw the Lease absent may still carry a holding's writes since (a
+	// recreate before it began, renewals after), undelivered; a read after it began that finds
+	// no Lease comes after all of them.
+	first := !d.known || d.rec != nil || d.watching && !d.absentSince.After(d.watchFrom)
 	if deleted != nil {
 		e.remember(deleted)
 	}
@@ -499,7 +508,7 @@ func (e *Election) settle(got *coordinationv1.Lease, err error, sent time.Time, 
 	}
 	answered := e.clock.Now()
 	e.see(got)
-	d.ownWrite, d.ownRV = true, got.ResourceVersion
+	d.ownWrite, d.ownRV, d.ownUID = true, got.ResourceVersion, got.UID
 	if outcome == Acquired || !d.holds {
 		d.heldFrom = answered
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
 
@@ -165,7 +166,8 @@ type driver struct {
 	// ownRV is the resourceVersion of the record our last successful write produced (or that ours
 	// accepted as our holding): the record a renewal or a release may act on.
 	ownRV    string
-	raceLost bool // a write lost with a 409: log the winner once the next read shows it
+	ownUID   types.UID // the incarnation of that record: no other one is ever our holding
+	raceLost bool      // a write lost with a 409: log the winner once the next read shows it
 	// reclaimRV is the record, naming us, that was edited under a valid token of ours: re-acquire
 	// at once while the Lease is still at exactly that resourceVersion, and only then (no one else
 	// can have acquired before it, since our token was valid; anyone may have after).

@@ -382,3 +382,81 @@ func TestAReplayedReleaseNeverShortensTheWait(t *testing.T) {
 		clk.Step(time.Second)
 	}
 }
+
+// Found by the simulation's twin-after-delete storyline (seed 1796141689497856341): p holds epoch
+// 1; the Lease is deleted; a second process with p's identity (a copied Options.Identity) that
+// never saw the Lease creates it at once, epoch 1 again (the package doc's never-seen). p, its
+// token still fresh, reads that record — its name, its epoch — and took it for its own holding:
+// each twin then renewed the other's record as its own, both valid with one epoch for ever, which
+// no fence can tell apart; or, once it was no longer taken for p's holding, p took it for its own
+// record edited under its valid token and re-acquired at once over the twin's (and the twin over
+// p's). A record is our holding, or ours edited, only on the incarnation our write produced.
+func TestATwinsRecreatedLeaseIsNotOurHolding(t *testing.T) { onStores(t, twinRecreated) }
+
+func twinRecreated(r *rig) {
+	t, store, clk := r.t, r.store, r.clk
+	p := r.proc(store, "p#same", lease, renew)
+	p.round(ctx)
+	wantToken(t, "p", p, 1, true)
+	r.delete()
+	twin := r.proc(store, "p#same", lease, renew)
+	twin.round(ctx) // never saw the Lease: creates it at once, epoch 1
+	wantToken(t, "twin", twin, 1, true)
+	for end := clk.Now().Add(3 * lease); clk.Now().Before(end); clk.Step(renew / 2) {
+		p.round(ctx)
+		twin.round(ctx)
+		// The overlap never-seen allows is p's holding of the deleted Lease and the twin's
+		// create; neither may take the twin's record for its own, nor re-acquire at once over
+		// the other as if its own record had been edited.
+		if tp, tt := p.Token(), twin.Token(); tp.Valid && tt.Valid && (tp.Epoch != 1 || tt.Epoch != 1) {
+			t.Fatalf("%v after the twin's create: p %+v and the twin %+v both valid", clk.Now().Sub(t0), tp, tt)
+		}
+	}
+	notBothValid(t, "three leases after the twin's create", p, twin)
+}
+
+// Found by the simulation's lagging-watch-delete storyline (seed 1796143040522246114): c knows the
+// Lease is absent (it saw a deletion); h recreates it and c's watch restarts right after, its new
+// stream lagging (the opening ADDED and everything after it still on the way); h renews, after
+// the stream began; the Lease is deleted; c's read finds it absent. c timed that absence from the
+// stream's start, as if the stream had shown it every write since — and created while h's renewal
+// was valid. An absence known from before the current stream is timed again from its first
+// sighting under it: a read after the stream began that finds no Lease comes after every write
+// of the holding the stream has not brought yet.
+func TestAnAbsenceKnownBeforeAStreamIsTimedAgainUnderIt(t *testing.T) {
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+	h := newSync(t, store, clk, "h#1", lease, renew)
+	c := newSync(t, store, clk, "c#2", lease, renew)
+	h.round(ctx)
+	c.handle(watchMsg{started: true})
+	watched(t, c, store) // c sees h's record
+	if err := store.Delete(ctx, testLease); err != nil {
+		t.Fatal(err)
+	}
+	gone := mustLeaseGone(t, store, h)
+	c.handle(watchMsg{ev: watch.Event{Type: watch.Deleted, Object: gone}}) // c knows it is absent
+	clk.Step(time.Second)
+	h.round(ctx) // h's renewal finds it gone
+	h.round(ctx) // h, still valid when it learned of it, recreates at once
+	wantToken(t, "h", h, 2, true)
+	c.handle(watchMsg{ended: true})
+	c.handle(watchMsg{started: true}) // a new stream, lagging: it delivers nothing from here on
+	clk.Step(renew)
+	h.round(ctx) // h renews, after c's stream began
+	if err := store.Delete(ctx, testLease); err != nil {
+		t.Fatal(err)
+	}
+	for h.Token().Valid {
+		c.round(ctx)
+		notBothValid(t, "c after its read of the absence", h, c)
+		clk.Step(time.Second)
+	}
+}
+
+// mustLeaseGone is the last state of the Lease h wrote, as a DELETED event carries it.
+func mustLeaseGone(t *testing.T, store *fake.LeaseStore, h *Election) *coordinationv1.Lease {
+	t.Helper()
+	gone := h.d.rec.DeepCopy()
+	gone.ResourceVersion = strconv.FormatUint(store.ResourceVersion(), 10)
+	return gone
+}

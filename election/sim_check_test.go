@@ -152,14 +152,15 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 		}
 	}
 	// The same, for a holding on an incarnation the newer holder has seen: the older holding was
-	// written after the newer holder's stream began, which had not yet brought it (nor anything
-	// after the newer holder's last sighting, from before the stream began) when its create
-	// left, the incarnation deleted by then: a read found the Lease gone, and nothing told it
-	// that its stream was behind.
+	// written (acquired, or renewed) after the newer holder's stream began, which had not yet
+	// brought it (nor anything after the newer holder's last sighting, from before the stream
+	// began) when its create left, the incarnation deleted by then: a read found the Lease gone,
+	// and nothing told it that its stream was behind (the package doc's "a write after its
+	// stream began when it had seen nothing on that stream yet").
 	if inc := s.incs[older.uid]; inc != nil && newer.op.what == "create" && older.uid != newer.uid &&
 		!inc.deleted.IsZero() && !inc.deleted.After(newer.op.issued) &&
 		!newer.op.watchFrom.IsZero() && !newer.op.shownUnderStream && !newer.op.sawHolding(older) &&
-		!older.op.landed.Before(newer.op.watchFrom) && older.duration > newer.op.waited {
+		!older.lastLanded.Before(newer.op.watchFrom) && older.duration > newer.op.waited {
 		return "create-delete-unseen"
 	}
 	// impersonation: an outside write the lease guard refuses, landed after the older holding

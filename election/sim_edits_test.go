@@ -40,10 +40,12 @@ func guardRefusal(old, next *coordinationv1.Lease) string {
 	case newH != "" && newH != oldH && newEp != oldEp+1:
 		return "holder changed without +1"
 	case durationSecsOf(next) < durationSecsOf(old) && oldH != "":
-		return "duration decreased on a held record"
+		return guardShorterDuration
 	}
 	return ""
 }
+
+const guardShorterDuration = "duration decreased on a held record"
 
 func transitionsOf(l *coordinationv1.Lease) int32 {
 	if l == nil || l.Spec.LeaseTransitions == nil {
@@ -66,19 +68,29 @@ func (s *sim) outsideFault() {
 		return
 	}
 	if s.rng.Intn(10) < 3 {
-		if err := s.mem.Delete(context.Background(), testLease); err != nil {
-			s.t.Fatal(err)
-		}
-		s.faults["delete"]++
-		if inc := s.incs[cur.UID]; inc != nil {
-			inc.deleted = s.clk.Now()
-		}
-		s.epochLowered(0)
-		s.logf("outsider deletes the lease (epoch %d)", epochOf(cur))
+		s.outsideDelete(cur)
 		return
 	}
 	next := cur.DeepCopy()
-	what := s.edit(next, cur)
+	s.outsideWrite(cur, next, s.edit(next, cur))
+}
+
+// outsideDelete deletes the Lease (whose record is cur), as an outsider.
+func (s *sim) outsideDelete(cur *coordinationv1.Lease) {
+	if err := s.mem.Delete(context.Background(), testLease); err != nil {
+		s.t.Fatal(err)
+	}
+	s.faults["delete"]++
+	if inc := s.incs[cur.UID]; inc != nil {
+		inc.deleted = s.clk.Now()
+	}
+	s.epochLowered(0)
+	s.logf("outsider deletes the lease (epoch %d)", epochOf(cur))
+}
+
+// outsideWrite writes next over cur, as an outsider, tagged with whether the lease guard would
+// admit it.
+func (s *sim) outsideWrite(cur, next *coordinationv1.Lease, what editDesc) {
 	refusal := guardRefusal(cur, next)
 	got, err := s.mem.Update(context.Background(), next)
 	if err != nil {

@@ -57,8 +57,12 @@ func (s *sim) loopStep() {
 	s.quiesced = false
 	defer s.record()
 	live := s.live()
-	r := s.rng.Intn(1000)
+	r := -1
+	if !s.storyStep() {
+		r = s.rng.Intn(1000)
+	}
 	switch {
+	case r < 0: // a storyline's beat took the step
 	case r < 250: // time passes
 		d := time.Duration(s.rng.Int63n(int64(s.tick)))
 		switch s.rng.Intn(20) {
@@ -75,7 +79,7 @@ func (s *sim) loopStep() {
 	case r < 700:
 		s.answerOne(s.answerLoop)
 	case r < 930: // one watch event reaches one watch goroutine
-		if p := s.pick(live, func(p *simProc) bool { return p.sw != nil && !p.paused }); p != nil {
+		if p := s.pick(live, func(p *simProc) bool { return p.sw != nil && !p.paused && !s.lagging(p) }); p != nil {
 			s.deliver(p)
 		}
 	case r < 945:
@@ -120,11 +124,7 @@ func (s *sim) loopStep() {
 		}
 	case r < 990: // a graceful shutdown from any state: Release waits for the driver to stop
 		if p := s.pick(live, func(p *simProc) bool { return !p.paused }); p != nil {
-			p.done, p.releasing = true, true
-			s.faults["release (valid token)"] += map[bool]int{true: 1}[p.e.Token().Valid]
-			s.faults["release (no valid token)"] += map[bool]int{false: 1}[p.e.Token().Valid]
-			s.logf("p%d releases (valid %v)", p.n, p.e.Token().Valid)
-			go func() { _ = p.e.Release(context.Background()) }()
+			s.releaseLoop(p)
 		}
 	default:
 		s.outsideFault()
@@ -139,6 +139,16 @@ func (s *sim) loopStep() {
 			s.spawn()
 		}
 	}
+}
+
+// releaseLoop shuts p down gracefully: Release, from a goroutine of its own, waits for the driver
+// to stop (the step's end spawns the process that takes its place).
+func (s *sim) releaseLoop(p *simProc) {
+	p.done, p.releasing = true, true
+	s.faults["release (valid token)"] += map[bool]int{true: 1}[p.e.Token().Valid]
+	s.faults["release (no valid token)"] += map[bool]int{false: 1}[p.e.Token().Valid]
+	s.logf("p%d releases (valid %v)", p.n, p.e.Token().Valid)
+	go func() { _ = p.e.Release(context.Background()) }()
 }
 
 func (s *sim) answerLoop(p *simProc, r simResult) {

@@ -84,8 +84,12 @@ func (s *sim) step() {
 	s.steps++
 	defer s.record()
 	live := s.live()
-	r := s.rng.Intn(1000)
+	r := -1
+	if !s.storyStep() {
+		r = s.rng.Intn(1000)
+	}
 	switch {
+	case r < 0: // a storyline's beat took the step
 	case r < 250: // time passes
 		s.passTime(live)
 	case r < 450: // a request reaches the store
@@ -105,7 +109,7 @@ func (s *sim) step() {
 		if p == nil {
 			return
 		}
-		if p.w != nil && s.rng.Intn(2) == 0 {
+		if p.w != nil && s.rng.Intn(2) == 0 && !s.lagging(p) {
 			for k := s.rng.Intn(3) + 1; k > 0; k-- {
 				ev, ok := s.nextEvent(p)
 				if !ok {
@@ -163,22 +167,27 @@ func (s *sim) step() {
 			p = q
 		}
 		if p != nil {
-			p.done = true
-			if p.w != nil {
-				p.w.Stop()
-				p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
-			}
-			s.faults["release (valid token)"] += map[bool]int{true: 1}[p.e.Token().Valid]
-			s.faults["release (no valid token)"] += map[bool]int{false: 1}[p.e.Token().Valid]
-			s.logf("p%d releases (valid %v)", p.n, p.e.Token().Valid)
-			// Release's own calls travel like any other (later steps answer them).
-			s.run(p, func() { _ = p.e.Release(context.Background()) })
-			p.replaced = true
-			s.spawn()
+			s.releaseStep(p)
 		}
 	default:
 		s.outsideFault()
 	}
+}
+
+// releaseStep shuts p down gracefully (p is idle and running), and a new process takes its place.
+func (s *sim) releaseStep(p *simProc) {
+	p.done = true
+	if p.w != nil {
+		p.w.Stop()
+		p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
+	}
+	s.faults["release (valid token)"] += map[bool]int{true: 1}[p.e.Token().Valid]
+	s.faults["release (no valid token)"] += map[bool]int{false: 1}[p.e.Token().Valid]
+	s.logf("p%d releases (valid %v)", p.n, p.e.Token().Valid)
+	// Release's own calls travel like any other (later steps answer them).
+	s.run(p, func() { _ = p.e.Release(context.Background()) })
+	p.replaced = true
+	s.spawn()
 }
 
 // passTime moves the true clock: a little, a lot, or to the instant the first driver would wake.
@@ -247,7 +256,7 @@ func (s *sim) crash(p *simProc) {
 // deliverAll lets every idle, running process with a watch handle its pending events now.
 func (s *sim) deliverAll() {
 	for _, p := range s.live() {
-		for p.op == nil && !p.paused && p.w != nil {
+		for p.op == nil && !p.paused && p.w != nil && !s.lagging(p) {
 			ev, ok := s.nextEvent(p)
 			if !ok {
 				break

@@ -184,6 +184,11 @@ func (s *sim) answerOne(answer func(*simProc, simResult)) *simProc {
 	if p == nil {
 		return nil
 	}
+	return s.endCall(p, answer)
+}
+
+// endCall is answerOne for p's call.
+func (s *sim) endCall(p *simProc, answer func(*simProc, simResult)) *simProc {
 	op := p.op
 	if s.clk.Since(op.issued) > p.e.callTimeout {
 		if !op.applied {

@@ -50,12 +50,19 @@ import (
 // or writes any value the API server accepts into it (sim_edits_test.go), each write tagged with
 // whether the lease guard would admit it.
 //
+// Besides the uniform random steps it tells storylines (sim_story_test.go): scenario families,
+// drawn by weight, that set up the preconditions one rule guards (mixed lease durations with a
+// partition and a deletion, an edit under a valid token and then a pause, identity twins, a
+// lagging watch over a deletion) and then go on at random; every beat is a step the random ones
+// may take too, and is checked the same way.
+//
 // After every step it asserts, on the true clock, from every process's Token() (dead ones too:
 // their tokens lapse, they do not vanish), that no two tokens are valid at once, unless the overlap
 // matches one of the package doc's named non-guarantees by an exact condition (sim_check_test.go);
 // the overlaps excused are counted per name. Per process, epochs only go up; across processes,
 // every new holding is above every epoch before it (from the last outside fault that lowered the
-// stored epoch on). Twice a run the faults stop and liveness is checked. A failure prints a line
+// stored epoch on), and no participant's write shortens the duration of a held record (the lease
+// guard would refuse it). Twice a run the faults stop and liveness is checked. A failure prints a line
 // with "seed" and "rerun" (hack/mutants greps for both); EHDB_SIM_SEED=<n> reruns one seed,
 // EHDB_SIM_SEEDS=<n> runs more (make sim), EHDB_SIM_TRACE=<n> prints more of the trace.
 
@@ -119,6 +126,8 @@ type simHolding struct {
 	uid      types.UID
 	duration time.Duration // the duration its record states
 	epoch    uint64
+	// lastLanded is the true time its last write (the acquisition or a renewal) was applied.
+	lastLanded time.Time
 }
 
 type simProc struct {
@@ -160,6 +169,7 @@ type simProc struct {
 	blindFrom bool      // it created the Lease without ever having seen it exist
 	started   time.Time // true time it started
 	wakes     int       // rounds run (step mode) or timers fired (loop mode) in the quiet phase
+	lagUntil  time.Time // true time until which a storyline holds its watch events back
 }
 
 // simInc is one incarnation of the Lease (create to delete).
@@ -215,6 +225,13 @@ type sim struct {
 	// forgedReleases are the outside writes that blanked a held record.
 	forgedReleases []simForged
 	guard          map[string]int // participants' writes the lease guard would refuse, by rule
+
+	// The storylines (sim_story_test.go): their own stream of the seed's randomness (nil: off),
+	// the one under way, and the process whose identity the next one spawned takes.
+	srng    *rand.Rand
+	story   *story
+	twinOf  *simProc
+	nextCfg *simConfig
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -248,6 +265,9 @@ func (s *sim) fail(format string, args ...any) {
 func (s *sim) spawn() {
 	p := &simProc{n: len(s.procs), holdings: map[uint64]*simHolding{}, started: s.clk.Now(), shownHoldings: map[holdingKey]int{}}
 	p.cfg = s.configs[s.rng.Intn(len(s.configs))]
+	if s.nextCfg != nil { // a storyline's restart
+		p.cfg, s.nextCfg = *s.nextCfg, nil
+	}
 	var offset time.Duration
 	rate := 1.0
 	if s.drift {
@@ -266,6 +286,9 @@ func (s *sim) spawn() {
 	if len(s.procs) > 0 && s.rng.Intn(12) == 0 {
 		// Two processes with one identity, by mistake (a copied Options.Identity).
 		identity = s.procs[s.rng.Intn(len(s.procs))].e.identity
+	}
+	if s.twinOf != nil { // a storyline's twin
+		identity, s.twinOf = s.twinOf.e.identity, nil
 	}
 	p.e = newElection(simStore{s: s, p: p}, testConfig(p.cfg.lease, p.cfg.renew), Options{
 		Identity: identity, Clock: p.clk, Logger: discard,
@@ -325,6 +348,14 @@ func (s *sim) noteWrite(op *simOp, l *coordinationv1.Lease) {
 	if op.what == "update" && op.baseRec != nil {
 		if r := guardRefusal(op.baseRec, l); r != "" {
 			s.guard[r]++
+			if r == guardShorterDuration {
+				// The package doc: a takeover of a record that is not released writes at least
+				// its duration (a third process that sees only our record must wait long
+				// enough). On a cluster with the chart, the lease guard refuses such a write:
+				// the takeover would never land.
+				s.fail("p%d's %s shortens the duration of a held record from %ds to %ds, which the lease guard refuses",
+					p.n, op.what, durationSecsOf(op.baseRec), durationSecsOf(l))
+			}
 		}
 	}
 	ep := epochOf(l)
@@ -335,6 +366,7 @@ func (s *sim) noteWrite(op *simOp, l *coordinationv1.Lease) {
 		// A new holding (the same epoch again: a create by a process that knows of none).
 		p.holdings[ep] = &simHolding{op: op, uid: l.UID, epoch: ep, duration: time.Duration(durationSecsOf(l)) * time.Second}
 	}
+	p.holdings[ep].lastLanded = op.landed
 	if s.before[ep] == p {
 		return // a holding from before an epoch-lowering fault goes on
 	}
@@ -550,6 +582,13 @@ func simulate(t *testing.T, seed int64, steps int, loop bool) *sim {
 		mem: fake.NewLeaseStore(), ops: make(chan *simOp), owner: map[uint64]*simProc{}, before: map[uint64]*simProc{},
 		faults: map[string]int{}, excused: map[string]int{}, incs: map[types.UID]*simInc{}, forged: map[string]bool{}, rvHolding: map[string]*simHolding{},
 		guard: map[string]int{}, loop: loop}
+	// Storylines in step mode; on the real loop only with EHDB_SIM_LOOP_STORIES=1, for now: there
+	// they met overlaps (seeds 1796144930772756272, 1796146170512080012) around the order of a
+	// read's answer and the driver learning of a new watch stream, still to be judged (the
+	// checker or the driver), and a run that never ended.
+	if !simStoriesOff && (!loop || os.Getenv("EHDB_SIM_LOOP_STORIES") != "") {
+		s.srng = rand.New(rand.NewSource(seed ^ 0x5707))
+	}
 	s.drift = s.rng.Intn(2) == 0
 	// Coarse steps reach far into a run; fine ones (a watch event handled within milliseconds
 	// of the write) reach the margins of the clock-rate rule, which are 1% of a lease.

@@ -98,7 +98,8 @@ func (e *Election) handle(m watchMsg) {
 	case m.started:
 		// What happened while no watch ran is unknown until a read: the stream's first events
 		// may still be in flight, so the next round reads rather than deciding on the old record.
-		// A new stream starts after any deletion a read found: timed from its start (above).
+		// An absence already known is timed again from its first sighting under this stream
+		// (seeAbsent): the stream may still carry, undelivered, writes since it was last seen.
 		d.watching, d.watchFrom, d.stale, d.absentUnheard, d.recUnderStream = true, e.clock.Now(), true, false, false
 		return
 	case m.ended:

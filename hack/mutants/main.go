@@ -36,8 +36,14 @@ var mutants = []mutant{
 		"return now.Sub(sent) < e.validFor && b >= 0 && boot >= 0 && b-boot < e.validFor",
 		"_ = b\n\treturn now.Sub(sent) < e.validFor"},
 	// The rules of issue 16.
+	// R-own reverts the whole second case of ours() (incarnation, freshness, duration). Its
+	// freshness and duration parts alone (keeping the incarnation) were not caught: a record of
+	// our incarnation naming us with our epoch, other than one our own writes or a harmless
+	// edit produced, takes an outside write that lowers leaseTransitions or shortens the
+	// duration, both of which the lease guard refuses (the simulation excuses what follows as
+	// impersonation); any participant's acquisition raises the epoch.
 	{"R-own: any record naming us with our epoch is our holding", "driver.go",
-		"case e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:",
+		"case rec.UID == d.ownUID && e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:",
 		"case true:"},
 	{"R-reclaim: re-acquire at once on any record naming us, not only at the edited resourceVersion", "driver.go",
 		"\tcase d.reclaimable():\n\t\t// Our record,",
@@ -64,6 +70,15 @@ var mutants = []mutant{
 	{"R-unheard: a read's absence of a Lease the watch still shows is timed at once", "driver.go",
 		"return d.watching && !d.absentUnheard && e.clock.Since(d.absenceTimedFrom()) > d.absentWait",
 		"return d.watching && e.clock.Since(d.absenceTimedFrom()) > d.absentWait"},
+	{"R-incarnation: a record of another incarnation naming us with our epoch is our holding", "driver.go",
+		"case rec.UID == d.ownUID && e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:",
+		"case e.fresh(now, d.lastSend, d.lastBoot) && leaseDuration(rec, 0) >= e.cfg.LeaseDuration:"},
+	{"R-incarnation: a record of another incarnation naming us reads as ours edited (re-acquired at once)", "driver.go",
+		"holderOf(d.rec) == e.identity && d.rec.UID == d.ownUID && e.fresh(",
+		"holderOf(d.rec) == e.identity && e.fresh("},
+	{"R-stream: an absence known before the current stream is timed from the stream's start", "driver.go",
+		"first := !d.known || d.rec != nil || d.watching && !d.absentSince.After(d.watchFrom)",
+		"first := !d.known || d.rec != nil"},
 	{"R-epoch-limit: an epoch that cannot be incremented stalls silently", "driver.go",
 		"\t\t\te.countError(\"update\", err)\n\t\t\td.stale = true",
 		"\t\t\td.stale = true"},

@@ -485,7 +485,7 @@ func TestLeaseGuardOutlivesUninstall(t *testing.T) {
 		if err := r.helm.Uninstall(r.name, false); err != nil {
 			t.Fatal(err)
 		}
-		name := r.name + "-lease-guard." + r.ns
+		name := leaseGuardName(r.name, r.ns)
 		if _, err := r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{}); err != nil {
 			t.Fatalf("the lease guard's policy after uninstall: %v", err)
 		}

@@ -396,13 +396,10 @@ func previousChart(t *testing.T) *chart.Chart {
 	return prev
 }
 
-// TestUpgradeFromThePreviousChartKeepsTheTLS: a release installed by the previous chart (0.1.0) owns
-// its TLS Secret as a release object. Upgrading to this chart keeps the rotator's data and every
-// entry's caBundle (the entries 0.1.0 lacked get it at once); the next upgrade stops managing the
-// Secret without deleting it; a later --force keeps both; uninstall still removes the Secret. (A
-// --force upgrade from 0.1.0 keeps the Secret too, TestRollbackToThePreviousChartKeepsTheTLS.)
-func TestUpgradeFromThePreviousChartKeepsTheTLS(t *testing.T) {
-	t.Parallel()
+// installPrevious installs a release with the previous release's chart (0.1.0), the default values,
+// and removes it (with its kept lease guard) at the end of the test.
+func installPrevious(t *testing.T) (*testRelease, *chart.Chart) {
+	t.Helper()
 	prev := previousChart(t)
 	r := newRelease(t, nil)
 	rendered, err := r.helm.InstallChart(context.Background(), prev, r.name, r.values(nil))
@@ -411,6 +408,17 @@ func TestUpgradeFromThePreviousChartKeepsTheTLS(t *testing.T) {
 	}
 	r.rendered = rendered
 	t.Cleanup(func() { _ = r.helm.Uninstall(r.name, false); r.removeKeptLeaseGuard(t) })
+	return r, prev
+}
+
+// TestUpgradeFromThePreviousChartKeepsTheTLS: a release installed by the previous chart (0.1.0) owns
+// its TLS Secret as a release object. Upgrading to this chart keeps the rotator's data and every
+// entry's caBundle (the entries 0.1.0 lacked get it at once); the next upgrade stops managing the
+// Secret without deleting it; a later --force keeps both; uninstall still removes the Secret. (A
+// --force upgrade from 0.1.0 keeps the Secret too, TestRollbackToThePreviousChartKeepsTheTLS.)
+func TestUpgradeFromThePreviousChartKeepsTheTLS(t *testing.T) {
+	t.Parallel()
+	r, prev := installPrevious(t)
 	ctx := context.Background()
 	if r.rendered.Find("Secret", r.name+"-webhook-tls") == nil {
 		t.Fatalf("chart %s does not own the TLS Secret: nothing to migrate", prev.Metadata.Version)
@@ -459,13 +467,8 @@ func TestUpgradeFromThePreviousChartKeepsTheTLS(t *testing.T) {
 // rotator puts it back (README "Limits"), so that case checks the Secret alone.
 func TestRollbackToThePreviousChartKeepsTheTLS(t *testing.T) {
 	t.Parallel()
-	prev := previousChart(t)
-	r := newRelease(t, nil)
+	r, prev := installPrevious(t)
 	ctx := context.Background()
-	if _, err := r.helm.InstallChart(ctx, prev, r.name, r.values(nil)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.helm.Uninstall(r.name, false); r.removeKeptLeaseGuard(t) })
 	data, caCert := rotatorFills(t, r)
 	secretKept := func(step string) {
 		t.Helper()

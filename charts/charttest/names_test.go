@@ -134,7 +134,7 @@ func TestRenamedReleaseKeepsTheWritersAdmitted(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	guard, err := r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "renamed-"+r.name+"-lease-guard."+r.ns, metav1.GetOptions{})
+	guard, err := r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, leaseGuardName("renamed-"+r.name, r.ns), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,13 +149,8 @@ func TestRenamedReleaseKeepsTheWritersAdmitted(t *testing.T) {
 // account in it would move the RoleBinding off armed writers unreviewed. The chart refuses it.
 func TestUpgradeFromThePreviousChartKeepsTheWritersAccount(t *testing.T) {
 	t.Parallel()
-	prev := previousChart(t)
-	r := newRelease(t, nil)
+	r, prev := installPrevious(t)
 	ctx := context.Background()
-	if _, err := r.helm.InstallChart(ctx, prev, r.name, r.values(nil)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.helm.Uninstall(r.name, false); r.removeKeptLeaseGuard(t) })
 	_, err := r.helm.Upgrade(ctx, r.name, r.values(nil, map[string]any{"writer": map[string]any{"serviceAccount": map[string]any{"name": "writer2"}}}))
 	if err == nil || !strings.Contains(err.Error(), "upgrading from chart 0.1.0") {
 		t.Fatalf("a rename in the upgrade from %s: err = %v, want the chart's refusal", prev.Metadata.Version, err)

@@ -357,7 +357,7 @@ func TestHelmUpgradeCannotUnbindAnArmedWriter(t *testing.T) {
 	vaps := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	var guard *admissionregistrationv1.ValidatingAdmissionPolicy
 	waitFor(t, 30*time.Second, "the lease guard's type check to observe its generation", func(ctx context.Context) (bool, error) {
-		guard, err = vaps.Get(ctx, leaseGuardName(rt.testRelease), metav1.GetOptions{})
+		guard, err = vaps.Get(ctx, leaseGuardName(rt.name, rt.ns), metav1.GetOptions{})
 		return err == nil && guard.Status.ObservedGeneration == guard.Generation, nil
 	})
 	if allowed := leaseGuardWriters(guard); !slices.Contains(allowed, "system:serviceaccount:"+rt.ns+":"+wt.WriterSA) {
@@ -408,8 +408,9 @@ func helmCLIOrSkip(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// leaseGuardName is the lease guard policy's name for a release.
-func leaseGuardName(r *testRelease) string { return r.name + "-lease-guard." + r.ns }
+// leaseGuardName is the lease guard policy's (and binding's) name for a release whose objects are
+// named fullname, in namespace ns.
+func leaseGuardName(fullname, ns string) string { return fullname + "-lease-guard." + ns }
 
 // leaseGuardWriters are the users the lease guard admits as the writer: its writer and
 // boundWriters variables.

@@ -289,10 +289,19 @@ upgrade from 0.1.0 PUTs those entries without it (README "Limits").
 {{- define "ehdb-election.webhook.caBundleLeftLive" -}}
 {{- $live := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" (include "ehdb-election.webhook.configName" .) }}
 {{- $names := list }}
-{{- if has (dig "metadata" "labels" "helm.sh/chart" "" $live) (list "ehdb-election-0.1.0") }}
+{{- if include "ehdb-election.writtenBy010" $live }}
 {{- range ($live.webhooks | default list) }}{{ $names = append $names .name }}{{ end }}
 {{- end }}
 {{- toJson $names }}
+{{- end }}
+
+{{/*
+ehdb-election.writtenBy010: "true" when the live object given (a lookup's answer) was last written by
+chart 0.1.0, the previous release: it rendered no caBundle, and its webhook has no RBAC entry. The
+upgrade from it, and only that one, must allow for both (caBundleLeftLive; writer-rbac.yaml).
+*/}}
+{{- define "ehdb-election.writtenBy010" -}}
+{{- if eq (dig "metadata" "labels" "helm.sh/chart" "" .) "ehdb-election-0.1.0" }}true{{ end }}
 {{- end }}
 
 {{/*

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // exemptionHolds is the owner rule (issue 17, class 2): an object is exempt from the order check
@@ -16,13 +17,8 @@ import (
 // up to the labels the copy gains on the way (Exemption.AddedLabels). Anything else is judged itself.
 func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 	ref := child.ControllerRef
-	switch {
-	case ref == nil:
-		return false, "no controller"
-	case !known:
-		return false, "the webhook could not fetch it, so it exempts nothing"
-	case !found || owner == nil:
-		return false, "not found with uid " + string(ref.UID)
+	if why := ownerUnverified(ref, owner, found, known); why != "" {
+		return false, why
 	}
 	ex, ok := exemptionOf(child.Kind, ref)
 	if !ok {
@@ -34,6 +30,20 @@ func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 	return true, ""
 }
 
+// ownerUnverified says why ref's controller cannot exempt anything (no controller, one the webhook
+// could not fetch, or none found with the UID named), or "" when it was fetched and found.
+func ownerUnverified(ref *metav1.OwnerReference, owner *Workload, found, known bool) string {
+	switch {
+	case ref == nil:
+		return "no controller"
+	case !known:
+		return "the webhook could not fetch it, so it exempts nothing"
+	case !found || owner == nil:
+		return "not found with uid " + string(ref.UID)
+	}
+	return ""
+}
+
 // podExemptionHolds is the owner rule for a Pod: its controller exists (found with the UID the
 // Pod names, fetched by the webhook) and every container of the Pod that can arm (podMayArm) is
 // the container of the same name in the controller's template with the same env and envFrom, up
@@ -42,14 +52,10 @@ func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 // sidecars a mutating webhook injects) and is judged on the Pod itself.
 func podExemptionHolds(p, owner *Workload, found, known bool) (bool, string) {
 	ref := p.ControllerRef
-	switch {
-	case ref == nil:
-		return false, "no controller"
-	case !known:
-		return false, "the webhook could not fetch it, so it exempts nothing"
-	case !found || owner == nil:
-		return false, "not found with uid " + string(ref.UID)
-	case !exemptingOwner(p.Kind, ref) || owner.Pod.Spec == nil || p.Pod.Spec == nil:
+	if why := ownerUnverified(ref, owner, found, known); why != "" {
+		return false, why
+	}
+	if !exemptingOwner(p.Kind, ref) || owner.Pod.Spec == nil || p.Pod.Spec == nil {
 		return false, "not a controller whose template the guard judges"
 	}
 	ps, os := p.Pod.Spec, owner.Pod.Spec

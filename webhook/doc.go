@@ -76,7 +76,10 @@
 //     check. A bare Pod armed this way gets the order check too, each reader's owner verified as on
 //     its own review; an edit that makes an armed reader dial another API server is refused like
 //     the same value in its env; a reader whose controller reads the ConfigMap with the same
-//     environment is judged through the controller (configmap.go).
+//     environment is judged through the controller (configmap.go). Out of reach: a new reader and
+//     an edit of its ConfigMap judged at about the same instant, each before the other is in the
+//     webhook's watch (admission is no transaction, and a watch trails the API server), are both
+//     admitted; the writer's readiness (election.Readiness) stops that rollout at its first Pod.
 //   - Owner exemptions (2). An owner exempts an object from the order check only when the webhook
 //     fetched it (with the UID the object names) and its pod template, which the guard judged, is
 //     semantically the object's, up to the labels the copy gains (a ReplicaSet's pod-template-hash;

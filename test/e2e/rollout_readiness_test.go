@@ -219,6 +219,9 @@ func (s *icSystem) waitRolledPod(timeout time.Duration, name string) *corev1.Pod
 		if err != nil {
 			return err
 		}
+		if st.Status.ObservedGeneration < st.Generation {
+			return fmt.Errorf("the controller has observed generation %d of %d", st.Status.ObservedGeneration, st.Generation)
+		}
 		if rev := p.Labels[appsv1.ControllerRevisionHashLabelKey]; rev != st.Status.UpdateRevision || st.Status.UpdateRevision == st.Status.CurrentRevision {
 			return fmt.Errorf("%s at revision %s, update revision %s", name, rev, st.Status.UpdateRevision)
 		}

@@ -373,6 +373,11 @@ func TestScenario7WebhookDown(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// Until the controller has observed the arming update, its status still names the old
+		// revision as the update revision and the unarmed Pod would pass.
+		if sts.Status.ObservedGeneration < sts.Generation {
+			return fmt.Errorf("the controller has observed generation %d of %d", sts.Status.ObservedGeneration, sts.Generation)
+		}
 		if rev := pod.Labels[appsv1.ControllerRevisionHashLabelKey]; rev == "" || rev != sts.Status.UpdateRevision || pod.DeletionTimestamp != nil {
 			return fmt.Errorf("pod at revision %q, the armed revision is %q", rev, sts.Status.UpdateRevision)
 		}

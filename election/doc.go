@@ -67,10 +67,12 @@
 // # What it does not guarantee
 //
 // Each case below is a name the package's simulation uses for the only overlaps it excuses. An
-// overlap that begins in one of them goes on through the holdings that follow from it at once: the
-// same process's next holding, taken while its token was valid (a create after a deletion it saw
-// while holding) or at once over its own record, unchanged since (a renewal that came after its
-// token lapsed); and a holding taken at once from the release of one.
+// overlap that begins in one of them goes on through the holdings that follow from either side at
+// once: the same process's next holding, taken while its token was valid, by a create (after a
+// deletion it saw while holding) or over a record of the incarnation (UID) it held (its record
+// edited, a renewal that came after its token lapsed, a twin's record that reads as its own
+// edited); and a holding taken at once from the release of one. Never one taken over another
+// incarnation's record: the rules forbid that, and no excuse carries through it.
 //
 //   - never-seen: a process that never saw the Lease exist cannot know the epochs before a
 //     deletion: it creates the Lease at once, with epoch 1 (or above what it saw), and may overlap

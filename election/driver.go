@@ -391,6 +391,11 @@ func (e *Election) seeAbsent(deleted *coordinationv1.Lease) {
 	if first {
 		d.absentOurs = d.holds && e.fresh(now, d.lastSend, d.lastBoot)
 	}
+	if deleted != nil {
+		d.absentRead = false
+	} else if first {
+		d.absentRead = true
+	}
 	// A read's absence of a Lease the watch still shows waits for the watch to say so (mayCreate).
 	// Only for a record seen after the current stream began: the stream is then at or before
 	// that record, so the deletion after it comes down the stream. A stream that began after we

@@ -158,6 +158,8 @@ type driver struct {
 	// absentUnheard: a read found the Lease gone that the watch still shows existing; the
 	// absence is timed only from the DELETED event, which follows every write before the delete.
 	absentUnheard bool
+	// absentRead: the absence we know was found by a read, not by a DELETED event.
+	absentRead bool
 	// recUnderStream: rec was seen after the current watch stream began (by the stream, a read
 	// or our own write), so the stream will carry the record's deletion.
 	recUnderStream bool

@@ -460,3 +460,44 @@ func mustLeaseGone(t *testing.T, store *fake.LeaseStore, h *Election) *coordinat
 	gone.ResourceVersion = strconv.FormatUint(store.ResourceVersion(), 10)
 	return gone
 }
+
+// Found by the simulation (seed 1796153565290334398): c (10 s) knows the Lease by a record seen
+// before its current stream began; o releases, h (30 s) takes the release, c's watch restarts and
+// its new stream lags; h renews; the Lease is deleted; c's read finds it absent and, seeing no
+// record under the stream, times the absence for the 10 s it believes in. Then the stream shows c
+// an event at or before the newest record it saw: the stream is behind the deletion, and every
+// write before it (h's 30 s takeover) is still on its way down. A replay like that makes the
+// absence wait for the stream's DELETED event, as a record seen under the stream does.
+func TestAReplayedRecordSaysTheStreamIsBehindADeletion(t *testing.T) {
+	const short, long = 10 * time.Second, 30 * time.Second
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+	o := newSync(t, store, clk, "o#1", short, renew)
+	h := newSync(t, store, clk, "h#2", long, renew)
+	c := newSync(t, store, clk, "c#3", short, renew)
+	o.round(ctx) // o creates, epoch 1, 10 s
+	c.handle(watchMsg{started: true})
+	old := mustLease(t, store)
+	watched(t, c, store) // c sees o's record under its first stream
+	c.round(ctx)         // held by o
+	clk.Step(time.Second)
+	if err := o.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.round(ctx) // h takes the release at once: epoch 2, 30 s, which c never sees
+	wantToken(t, "h", h, 2, true)
+	c.handle(watchMsg{ended: true})
+	c.handle(watchMsg{started: true}) // a new stream, lagging: it delivers the past only
+	clk.Step(renew)
+	h.round(ctx) // h renews, after c's stream began
+	if err := store.Delete(ctx, testLease); err != nil {
+		t.Fatal(err)
+	}
+	c.round(ctx) // c reads the absence
+	// The lagging stream shows c what it already knew: o's record, from before the deletion.
+	c.handle(watchMsg{ev: watch.Event{Type: watch.Modified, Object: old}})
+	for h.Token().Valid {
+		c.round(ctx)
+		notBothValid(t, "c after the stream showed it a record from before the deletion", h, c)
+		clk.Step(time.Second)
+	}
+}

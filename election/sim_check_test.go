@@ -82,30 +82,53 @@ func (s *sim) excuse(a, b *simProc) string {
 		// twins re-acquiring over each other, each fresh) follows the freeze.
 		return "vm-freeze"
 	}
-	// A holding taken at once on the strength of another carries that one's excuse: of the same
-	// process, whose token was still valid as it sent (a create after a delete it saw while
-	// holding, say); or the holding whose release (real or forged) it took.
-	seen := map[*simHolding]bool{}
-	for todo := []*simHolding{newer}; len(todo) > 0; {
-		h := todo[len(todo)-1]
-		todo = todo[:len(todo)-1]
-		if h == nil || h == older || seen[h] {
-			continue
-		}
-		seen[h] = true
-		o, n := older, h // an earlier holding of the chain may predate older
-		if n.op.seq < o.op.seq {
-			o, n = n, o
-		}
-		if name := s.excuseNewer(o, n); name != "" {
+	return s.excusedPair(older, newer, map[[2]*simHolding]bool{})
+}
+
+// excusedPair names the non-guarantee that covers an overlap of two holdings, or "". A named case
+// covers the pair itself, or the overlap goes on from an earlier one: the later-taken holding was
+// taken at once on the strength of another (followedFrom), whose overlap with the other side is
+// excused. Only the later-taken one is followed: the earlier was already standing when the later
+// was taken, and whatever the earlier's holder did with it afterwards is not what made the overlap.
+func (s *sim) excusedPair(a, b *simHolding, seen map[[2]*simHolding]bool) string {
+	o, n := a, b
+	if n.op.seq < o.op.seq {
+		o, n = n, o
+	}
+	if o == n || seen[[2]*simHolding{o, n}] {
+		return ""
+	}
+	seen[[2]*simHolding{o, n}] = true
+	if name := s.excuseNewer(o, n); name != "" {
+		return name
+	}
+	for _, h := range s.followedFrom(n) {
+		if name := s.excusedPair(o, h, seen); name != "" {
 			return name
-		}
-		todo = append(todo, h.op.prev)
-		if b := h.op.baseRec; b != nil && holderOf(b) == "" {
-			todo = append(todo, s.rvHolding[b.ResourceVersion])
 		}
 	}
 	return ""
+}
+
+// followedFrom is what h was taken at once on the strength of: the holding whose release (real or
+// forged) it took; and its process's own holding, still valid as it sent (op.prev), when it was
+// taken by a create (after a deletion seen while holding) or over a record of the incarnation that
+// holding lived on (its record edited, a renewal after its token lapsed, or an identity twin's
+// record, which no client can tell from an edit of its own). Not over another incarnation's
+// record: a Lease recreated with our name is not ours, and re-acquiring over it at once is what
+// the rules forbid (R-incarnation), not an overlap going on.
+func (s *sim) followedFrom(h *simHolding) []*simHolding {
+	var out []*simHolding
+	base := h.op.baseRec
+	if p := h.op.prev; p != nil && (h.op.what == "create" || base != nil && base.UID == p.uid) {
+		out = append(out, p)
+	}
+	if base != nil && holderOf(base) == "" {
+		if r := s.rvHolding[base.ResourceVersion]; r != nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // frozeChain says whether h, or a holding of its process it was taken on the strength of, was

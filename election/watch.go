@@ -119,6 +119,7 @@ func (e *Election) handle(m watchMsg) {
 				// is at or before our record, so its deletion will come down it (mayCreate).
 				d.recUnderStream = d.watching
 			}
+			e.streamBehind()
 			e.recall(l) // replayed, or known already: what it says of the past still counts
 			return
 		}
@@ -126,6 +127,7 @@ func (e *Election) handle(m watchMsg) {
 	case watch.Deleted:
 		if d.rec != nil && d.rec.UID != l.UID || d.seenRV != "" && !newer(l.ResourceVersion, d.seenRV) {
 			// An older incarnation, or a replay: what it says of the past still counts.
+			e.streamBehind()
 			e.recall(l)
 			return
 		}
@@ -149,4 +151,14 @@ func newer(rv, than string) bool {
 		return true
 	}
 	return a > b
+}
+
+// streamBehind notes an event at or before the newest record we saw. While a read has shown the
+// Lease gone, such an event says the stream is behind that deletion: every write before it (a
+// takeover with a longer duration than we believe in) is still on its way down the stream, so
+// the absence waits for the stream's DELETED event (mayCreate), as for a record seen under it.
+func (e *Election) streamBehind() {
+	if d := &e.d; d.rec == nil && d.known && d.absentRead && d.watching {
+		d.absentUnheard = true
+	}
 }

@@ -79,6 +79,9 @@ var mutants = []mutant{
 	{"R-stream: an absence known before the current stream is timed from the stream's start", "driver.go",
 		"first := !d.known || d.rec != nil || d.watching && !d.absentSince.After(d.watchFrom)",
 		"first := !d.known || d.rec != nil"},
+	{"R-replay: a stream that shows an old record after a read found the Lease gone is trusted to be past the deletion", "watch.go",
+		"\tif d := &e.d; d.rec == nil && d.known && d.absentRead && d.watching {\n\t\td.absentUnheard = true\n\t}",
+		"\t_ = e"},
 	{"R-epoch-limit: an epoch that cannot be incremented stalls silently", "driver.go",
 		"\t\t\te.countError(\"update\", err)\n\t\t\td.stale = true",
 		"\t\t\td.stale = true"},
@@ -120,7 +123,7 @@ func main() {
 		cmd.Env = append(os.Environ(), "EHDB_SIM_TRACE=1")
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
-		var seeds []string
+		var seeds, failing []string
 		for _, l := range strings.Split(string(out), "\n") {
 			if strings.Contains(l, "seed ") && strings.Contains(l, "rerun") {
 				seeds = append(seeds, strings.TrimSpace(l))
@@ -133,8 +136,26 @@ func main() {
 			// A failure that is not a violation (a build error, say) proves nothing.
 			fail(fmt.Errorf("mutant %q failed without a violation:\n%s", m.name, out))
 		default:
+			// A seed counts only if the unmutated code passes it: one that fails there too
+			// is a real failure (or a checker narrower than the doc), not this mutant caught.
+			by := ""
+			for _, l := range seeds[:min(len(seeds), 3)] {
+				seed := seedOf(l)
+				if seed == "" {
+					continue
+				}
+				if passesUnmutated(root, seed) {
+					by = seed
+					break
+				}
+				failing = append(failing, seed)
+			}
+			if by == "" {
+				fail(fmt.Errorf("mutant %q: the seeds that caught it fail on the unmutated code too (%s): a real failure, fix it first",
+					m.name, strings.Join(failing, ", ")))
+			}
 			caught++
-			fmt.Printf("caught     %s\n           %s\n", m.name, strings.Join(seeds, "\n           "))
+			fmt.Printf("caught     %s (seed %s passes unmutated)\n           %s\n", m.name, by, strings.Join(seeds, "\n           "))
 		}
 		os.RemoveAll(dir)
 	}
@@ -167,6 +188,27 @@ func copyModule(from, to string) error {
 		}
 	}
 	return nil
+}
+
+// seedOf reads the seed out of a simulation failure line ("seed N (rerun: ...").
+func seedOf(line string) string {
+	_, rest, ok := strings.Cut(line, "seed ")
+	if !ok {
+		return ""
+	}
+	seed, _, ok := strings.Cut(rest, " (rerun")
+	if !ok {
+		return ""
+	}
+	return seed
+}
+
+// passesUnmutated runs one seed of the simulation on the module as it is.
+func passesUnmutated(root, seed string) bool {
+	cmd := exec.Command("go", "test", "-count=1", "-run", "TestRandomizedSimulation$", "./election/")
+	cmd.Env = append(os.Environ(), "EHDB_SIM_SEED="+seed)
+	cmd.Dir = root
+	return cmd.Run() == nil
 }
 
 func fail(err error) {

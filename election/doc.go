@@ -46,8 +46,10 @@
 //     recreates a Lease it saw exist (a liveness cost, in a case the lease guard refuses anyway).
 //     And a read that finds the Lease gone while the watch still shows it counts only from the
 //     watch's DELETED event: the writes before the delete (a takeover with a longer duration) are
-//     still on their way down the stream, which delivers every change in order. A stream that
-//     never delivers it holds the create back until the stream ends and a new one begins.
+//     still on their way down the stream, which delivers every change in order. So does a read's
+//     absence after which the stream shows an event at or before the newest record we saw (a
+//     replay, a record we knew): the stream is behind the deletion. A stream that never delivers
+//     it holds the create back until the stream ends and a new one begins.
 //   - renewTime or holderIdentity edited: the record is timed like any record that changed, from
 //     when it was first seen, on the candidate's monotonic clock.
 //   - An epoch at its limit (2^31−1, which only an edit can reach) stops the shard's elections: it

@@ -109,8 +109,10 @@ type simOp struct {
 	blind     bool      // a create by a process that never saw the Lease exist
 	timerFrom time.Time // true time the sender began timing the absence it acts on
 	watchFrom time.Time // true time its unbroken watch began; zero: not watching
-	sawN      int       // how much of its sawList it had been shown
-	handled   uint64    // watch events its driver had handled
+	// downSince, with no watch as it sent: true time its last watch ended (or it started).
+	downSince time.Time
+	sawN      int    // how much of its sawList it had been shown
+	handled   uint64 // watch events its driver had handled
 	// shownUnderStream: a record was shown to the sender after its current watch began.
 	shownUnderStream bool
 	moment           int           // sim.moment as it sent (for sawHolding)
@@ -148,6 +150,7 @@ type simProc struct {
 	sawList                 []types.UID // incarnations its answers showed it, in order
 	delivered               []types.UID // the incarnation of every watch event handed to the process, in order
 	watchFrom               time.Time   // true time its current watch began; zero: none
+	watchEnded              time.Time   // true time its last watch ended; zero: none has
 	// watchSeq and shownSeq order (by sim.moment) the start of its current watch (0: none) and
 	// the last record it was shown, by an answer or a watch event.
 	watchSeq, shownSeq int
@@ -652,6 +655,9 @@ var pinnedSeeds = []int64{
 	1796152902197040181, 1796152902197040315, // R-release (4 in 300)
 	1796152960161159565, 1796152960161159609, // R-epoch-limit (9 in 300)
 	1796153565290334398, // R-replay (found it: 2 in 3,000, one of them in loop mode)
+	// The checker was narrower than the doc's create-delete-unseen: a holding that began and was
+	// deleted while the process had no watch ("between two of its watches").
+	1796153891564259498,
 	// The checker was narrower than the doc: an overlap whose older holding was taken from a
 	// forged release of a never-seen creator's holding, the newer one a create on the strength of
 	// the holding that creator overlapped.

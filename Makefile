@@ -50,13 +50,14 @@ helm: ## Build the real helm CLI from the module proxy into .cache/helm (the rel
 	hack/helm/build.sh
 
 # Tests run in a network namespace with only loopback (hack/offline.sh): nothing they start can
-# reach an address off this machine. `go vet` first fetches every module they need.
+# reach an address off this machine. `go vet` first fetches every module they need, and `helm`
+# builds the helm CLI (its own module) while the module proxy is still reachable.
 OFFLINE := hack/offline.sh
 # The race detector runs where it is cheap: the election and the webhook, short mode.
 RACE_PKGS := ./election/... ./webhook/... ./cmd/webhook/...
 
 .PHONY: test
-test: controlplane lint ## Everything: unit, chart and end-to-end tests on the local control plane, then e2e-node (as root)
+test: controlplane helm lint ## Everything: unit, chart and end-to-end tests on the local control plane, then e2e-node (as root)
 	$(OFFLINE) $(GO) test -race -short -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS)
 	EHDB_REQUIRE_CLUSTER=1 $(OFFLINE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@if [ "$$(id -u)" = 0 ] && [ -z "$${EHDB_SKIP_NODE:-}" ]; then $(MAKE) --no-print-directory e2e-node; \
@@ -75,7 +76,7 @@ unit: ## Unit tests only (integration tests skip without a control plane)
 	$(GO) test -count=1 ./...
 
 .PHONY: e2e
-e2e: controlplane lint ## The end-to-end system suite on the local control plane (or E2E_KUBECONFIG)
+e2e: controlplane helm lint ## The end-to-end system suite on the local control plane (or E2E_KUBECONFIG)
 	EHDB_REQUIRE_CLUSTER=1 $(OFFLINE) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: soak
@@ -101,7 +102,7 @@ e2e-kind: images ## Create a kind cluster from kind-config.yaml, load the images
 	E2E_IN_CLUSTER=1 E2E_KUBECONFIG=$(CACHE)/kind.kubeconfig E2E_IMAGE_REPO=$(IMAGE_REPO) E2E_IMAGE_TAG=$(IMAGE_TAG) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: e2e-node
-e2e-node: controlplane ## The in-cluster suite on a real local node (root; Debian containerd/runc/CNI, ~800 MB RAM); see hack/localnode
+e2e-node: controlplane helm ## The in-cluster suite on a real local node (root; Debian containerd/runc/CNI, ~800 MB RAM); see hack/localnode
 	hack/localnode/setup.sh
 	trap '$(GO) run ./hack/localnode clean' EXIT; $(GO) run ./hack/localnode e2e -image-repo $(IMAGE_REPO) -image-tag $(IMAGE_TAG)
 

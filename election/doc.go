@@ -57,9 +57,11 @@
 //
 // # What it assumes of clocks
 //
-// Clock offsets between nodes do not matter: a candidate times a record on its own monotonic clock
-// from when it first saw it, never by comparing its wall clock with the renewTime another node
-// wrote. Clock rates must agree within MaxClockRateDifference; the holder shortens its own validity
+// Clock offsets between nodes cannot overlap two tokens: a candidate times a record on its own
+// monotonic clock from when it first saw it, and takes over only when that timing and the
+// record's renewTime (on its own wall clock) both say the record expired. An offset can delay a
+// takeover: a record written by a node whose wall clock runs ahead by d is taken over up to d
+// later (a day ahead, a day), which the candidate logs once as clock skew. Clock rates must agree within MaxClockRateDifference; the holder shortens its own validity
 // by that margin so that a fast candidate clock and a slow holder clock still cannot overlap. A
 // process whose monotonic clock stops while the wall clock runs on (a suspended laptop, SIGSTOP is
 // caught by the monotonic clock alone) never reports a valid token on resume after more than the

@@ -147,8 +147,25 @@ func (e *Election) round(ctx context.Context) {
 		// else's, because an edit may have put our name over a live holder's.
 		e.write(ctx, true, Acquired)
 	default:
+		e.warnSkew(now)
 		e.report(HeldByOther, holder)
 	}
+}
+
+// warnSkew logs, once per record, a takeover that only the record's renewTime holds back: we have
+// watched it unchanged for longer than its duration, so its writer's wall clock runs ahead of
+// ours. That cannot overlap two tokens but delays the takeover by the offset (a day ahead, a day),
+// which an operator must hear of rather than see as a shard that silently never fails over.
+func (e *Election) warnSkew(now time.Time) {
+	d := &e.d
+	rec := d.rec
+	dur := e.believed(rec)
+	if d.skewRV == rec.ResourceVersion || d.obs.rv != rec.ResourceVersion || e.clock.Since(d.obs.since) <= dur || expired(rec, now, dur) {
+		return
+	}
+	d.skewRV = rec.ResourceVersion
+	e.log.Warn("the holder's renewTime is ahead of this node's clock: the takeover waits for it (clock skew between nodes; keep them in sync)",
+		"holder", holderOf(rec), "renewTime", rec.Spec.RenewTime.Time, "aheadBy", rec.Spec.RenewTime.Add(dur).Sub(now).Round(time.Millisecond))
 }
 
 // reclaimable says whether the known record is the one edited under our valid token (reclaimRV),

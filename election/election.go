@@ -160,6 +160,7 @@ type driver struct {
 	absentUnheard bool
 	// absentRead: the absence we know was found by a read, not by a DELETED event.
 	absentRead bool
+	skewRV     string // the record whose clock skew warnSkew logged
 	// recUnderStream: rec was seen after the current watch stream began (by the stream, a read
 	// or our own write), so the stream will carry the record's deletion.
 	recUnderStream bool

@@ -1,7 +1,9 @@
 package election
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -500,4 +503,44 @@ func TestAReplayedRecordSaysTheStreamIsBehindADeletion(t *testing.T) {
 		notBothValid(t, "c after the stream showed it a record from before the deletion", h, c)
 		clk.Step(time.Second)
 	}
+}
+
+// A holder whose node's wall clock runs ahead writes renewTimes in the future. No overlap can
+// follow (the candidate also times the record on its own monotonic clock), but the takeover waits
+// until the candidate's wall clock passes renewTime + duration: the offset is added to the
+// failover. The candidate says so once, in a warning that names the offset, rather than report
+// held_by_other in silence for as long as the clocks disagree.
+func TestAHolderClockAheadDelaysTheTakeoverAndSaysSo(t *testing.T) {
+	const ahead = 20 * time.Second
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+	h := newSync(t, store, clk, "h#1", lease, renew)
+	var buf bytes.Buffer
+	c := newSync(t, store, clk, "c#2", lease, renew)
+	c.log = slog.New(slog.NewJSONHandler(&buf, nil))
+	h.round(ctx) // h acquires; then its node's clock jumps ahead, and so does the renewTime it writes
+	l := mustLease(t, store)
+	l.Spec.RenewTime = &metav1.MicroTime{Time: clk.Now().Add(ahead)}
+	if _, err := store.Update(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	c.handle(watchMsg{started: true})
+	watched(t, c, store)
+	// h crashes. c watches its record unchanged for longer than the lease, and more.
+	for i := 0; i < 3; i++ { // 1.5 leases: the monotonic wait is over, renewTime + lease is not
+		clk.Step(lease / 2)
+		c.round(ctx)
+	}
+	wantToken(t, "c, its monotonic wait done, the renewTime still ahead", c, 0, false)
+	warnings := 0
+	for _, line := range logLines(t, &buf) {
+		if strings.Contains(fmt.Sprint(line["msg"]), "clock skew") {
+			warnings++
+		}
+	}
+	if warnings != 1 {
+		t.Fatalf("%d clock-skew warnings, want 1:\n%s", warnings, buf.String())
+	}
+	clk.Step(ahead)
+	c.round(ctx)
+	wantToken(t, "c, once its wall clock passed the renewTime", c, 2, true)
 }

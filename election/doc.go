@@ -53,7 +53,10 @@
 //   - renewTime or holderIdentity edited: the record is timed like any record that changed, from
 //     when it was first seen, on the candidate's monotonic clock.
 //   - An epoch at its limit (2^31−1, which only an edit can reach) stops the shard's elections: it
-//     is a counted error, logged with its reason, on every attempt — never a silent stall.
+//     is a counted error on every attempt, logged with its reason like any store error (the
+//     first, then every 60th) — never a silent stall. So are the stalls no rule can avoid: a
+//     create held back by watch streams that end before an absence is watched for its wait, and
+//     a takeover held back by a holder's clock running ahead, are each logged once with the cause.
 //
 // # What it assumes of clocks
 //
@@ -84,13 +87,15 @@
 //     having timed only its record and never seen the older one. Deletion is the cluster's to
 //     refuse: the chart's lease guard forbids it.
 //   - create-delete-unseen: someone else's holding and the Lease's deletion after it, both while
-//     this process could not see them (before its watch began, or between two of its watches),
-//     when that holder's duration is longer than any this process believes in; or such a holding
-//     and deletion whose watch events were still on their way when this process sent its own
-//     create — a create-then-delete, or a write after its stream began when it had seen nothing
-//     on that stream yet (a read found the Lease gone; nothing tells it the stream is behind). A
-//     create cannot be made conditional on "never existed", and no process can know a duration it
-//     never saw; only a cluster that refuses deletes closes it.
+//     this process could not see them (before its current watch began — an earlier stream that
+//     ended without delivering them included — or between two of its watches), when that
+//     holder's duration is longer than any this process believes in; or such a holding and
+//     deletion whose watch events were still on their way when this process sent its own create:
+//     a create-then-delete, or a write after its stream began when it had seen nothing on that
+//     stream yet (a read found the Lease gone; nothing tells it the stream is behind). A create
+//     cannot be made conditional on "never existed", and no process can know a duration it never
+//     saw; only a cluster that refuses deletes closes it. (A watch resumed from the last
+//     resourceVersion seen would narrow the first case; this package starts each stream afresh.)
 //   - vm-freeze: a freeze that stops every clock of the holder's machine (a paused VM whose
 //     kvmclock stands still) cannot be seen from inside: on resume the holder reports a valid token
 //     for the rest of its lease, next to a successor, and acts on it: a record that names it with
@@ -108,5 +113,8 @@
 //
 // OnEvent runs on the election's goroutine: it must return quickly (the election does not renew
 // while it runs). It may call Release, which then drops the token, returns at once and lets the
-// election hand the Lease over as it stops.
+// election hand the Lease over as it stops. Release tells that call apart by OnEvent running, not
+// by goroutine (Go has no goroutine identity): a Release from another goroutine while OnEvent runs
+// also returns at once, its token dropped, and the hand-over waits for OnEvent to return. A process
+// that exits right after such a Release leaves its successor to wait out the lease (no overlap).
 package election

@@ -126,7 +126,7 @@ func (e *Election) round(ctx context.Context) {
 	switch holder := holderOf(d.rec); {
 	case d.rec == nil:
 		if !e.mayCreate() {
-			e.report(HeldByOther, d.obs.holder)
+			e.report(HeldByOther, "") // no holder: the absence is being timed
 			return
 		}
 		e.create(ctx)
@@ -359,6 +359,7 @@ func (e *Election) see(l *coordinationv1.Lease) {
 	}
 	e.remember(l)
 	d.rec, d.known, d.stale, d.ownWrite, d.absentUnheard = l, true, false, false, false
+	d.streamWarned = false
 	d.recUnderStream = d.watching
 }
 
@@ -570,7 +571,11 @@ func (e *Election) report(o Outcome, holder string) {
 		case Renewed:
 			e.log.Info("renewing the lease", "epoch", d.epoch)
 		case HeldByOther:
-			e.log.Info("the lease is held by another writer", "holder", holder)
+			if holder == "" {
+				e.log.Info("the lease is absent: it is created once its absence has been watched, unbroken, for the longest duration believed in", "wait", d.absentWait)
+			} else {
+				e.log.Info("the lease is held by another writer", "holder", holder)
+			}
 		}
 	}
 	d.lastOutcome, d.lastHolder, d.lastEpoch = o, holder, d.epoch

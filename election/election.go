@@ -161,6 +161,8 @@ type driver struct {
 	// absentRead: the absence we know was found by a read, not by a DELETED event.
 	absentRead bool
 	skewRV     string // the record whose clock skew warnSkew logged
+	// streamWarned: a stream ended early under this absence, and we said so (see handle).
+	streamWarned bool
 	// recUnderStream: rec was seen after the current watch stream began (by the stream, a read
 	// or our own write), so the stream will carry the record's deletion.
 	recUnderStream bool

@@ -102,7 +102,7 @@ type readyFacts struct {
 	age       time.Duration // since start
 	bound     time.Duration
 	shard     uint32
-	held      uint64 // rounds that found the Lease held by another process
+	held      uint64 // rounds that found the Lease held by another process, or absent and being timed
 	errs      string // store errors so far, by reason ("" = none)
 }
 
@@ -169,7 +169,7 @@ func decideReady(f readyFacts) error {
 	}
 	var tried []string
 	if f.held > 0 {
-		tried = append(tried, fmt.Sprintf("%d round(s) found %s held by another process", f.held, LeaseName(f.shard)))
+		tried = append(tried, fmt.Sprintf("%d round(s) found %s held by another process (or absent, its absence being timed)", f.held, LeaseName(f.shard)))
 	}
 	if f.errs != "" {
 		tried = append(tried, "store errors: "+f.errs)

@@ -544,3 +544,44 @@ func TestAHolderClockAheadDelaysTheTakeoverAndSaysSo(t *testing.T) {
 	c.round(ctx)
 	wantToken(t, "c, once its wall clock passed the renewTime", c, 2, true)
 }
+
+// Watch streams that end before an absence has been watched for its wait hold the create back for
+// as long as they keep ending (a proxy's idle timeout shorter than the lease, say). The candidate
+// says so, once per absence, and reports the Lease absent, not held by the crashed holder.
+func TestStreamsEndingBeforeTheWaitAreNotASilentStall(t *testing.T) {
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+	h := newSync(t, store, clk, "h#1", lease, renew)
+	var buf bytes.Buffer
+	c := newSync(t, store, clk, "c#2", lease, renew)
+	c.log = slog.New(slog.NewJSONHandler(&buf, nil))
+	h.round(ctx)
+	c.handle(watchMsg{started: true})
+	watched(t, c, store)
+	gone := mustLeaseGone(t, store, h)
+	if err := store.Delete(ctx, testLease); err != nil { // h has crashed; its Lease is deleted
+		t.Fatal(err)
+	}
+	c.handle(watchMsg{ev: watch.Event{Type: watch.Deleted, Object: gone}})
+	for i := 0; i < 10; i++ { // every stream ends a second after it began
+		c.round(ctx)
+		clk.Step(time.Second)
+		c.handle(watchMsg{ended: true})
+		c.handle(watchMsg{started: true})
+	}
+	wantToken(t, "c under streams shorter than the lease", c, 0, false)
+	var early, absent, heldBy int
+	for _, line := range logLines(t, &buf) {
+		msg := fmt.Sprint(line["msg"])
+		switch {
+		case strings.Contains(msg, "watch stream ended before"):
+			early++
+		case strings.Contains(msg, "the lease is absent"):
+			absent++
+		case strings.Contains(msg, "held by another writer") && absent > 0:
+			heldBy++ // after the deletion
+		}
+	}
+	if early != 1 || absent == 0 || heldBy != 0 {
+		t.Fatalf("%d early-stream warnings (want 1), %d absent lines (want some), %d held-by lines after it (want 0):\n%s", early, absent, heldBy, buf.String())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,6 +105,14 @@ func (e *Election) handle(m watchMsg) {
 		return
 	case m.ended:
 		d.watching = false
+		if d.known && d.rec == nil && d.everSeen && !d.streamWarned && e.clock.Since(d.absenceTimedFrom()) <= d.absentWait {
+			// Streams that end before an absence is watched for its wait hold the create back
+			// for as long as they keep doing so: say why, once per absence, rather than stall
+			// in silence.
+			d.streamWarned = true
+			e.log.Warn("a watch stream ended before the Lease's absence was watched for its wait: the Lease is created only under a stream that outlasts it (a proxy's idle timeout, or an API server --min-request-timeout below the lease, ends streams early)",
+				"wait", d.absentWait, "streamLasted", e.clock.Since(d.watchFrom).Round(time.Millisecond))
+		}
 		return
 	}
 	l, ok := m.ev.Object.(*coordinationv1.Lease)

@@ -34,7 +34,9 @@
 //     shares its identity by mistake.
 //   - Durations. A candidate waits out the longest duration it has reason to believe in: its own,
 //     the record's, and the longest it has seen on the Lease since the last release it saw (never
-//     forgotten with time: a partitioned candidate cannot know the holder it saw has gone). A
+//     forgotten with time: a partitioned candidate cannot know the holder it saw has gone) — a
+//     release forgets only its own incarnation's: one on a Lease recreated after a deletion ends
+//     no holding of the deleted one. A
 //     process taking over a record that is not released writes at least that record's duration,
 //     so a third process that sees only its record waits long enough; a holder that sees its
 //     record's duration shortened treats it as a loss.

@@ -264,15 +264,15 @@ func (d *driver) absenceTimedFrom() time.Time {
 }
 
 // believed is the duration a candidate must wait out for rec: the longest it has reason to believe
-// in — the record's, its own configuration's, and the longest seen on this Lease since the last
-// release it saw. A shortened leaseDurationSeconds (an outside edit) must not shorten the wait: the
+// in — the record's, its own configuration's, the longest seen on this incarnation since the last
+// release it saw, and the longest seen on any incarnation before it. A shortened leaseDurationSeconds (an outside edit) must not shorten the wait: the
 // holder's token is valid for the duration it wrote, not the one someone else wrote over it. And
 // the longest is never forgotten with time, only at a release: a candidate that was partitioned
 // cannot know the holder it last saw has gone, however long ago it saw it (processes with different
 // durations run side by side in a rolling update).
 func (e *Election) believed(rec *coordinationv1.Lease) time.Duration {
 	d := &e.d
-	dur := max(e.cfg.LeaseDuration, d.longest)
+	dur := max(e.cfg.LeaseDuration, d.longest, d.longestGone)
 	if rec != nil {
 		dur = max(dur, leaseDuration(rec, dur))
 	}
@@ -365,11 +365,18 @@ func (e *Election) see(l *coordinationv1.Lease) {
 
 // remember keeps what a record tells about the past: its epoch (epochs never go backwards) and its
 // duration (a candidate never waits out less than the longest it saw since the last release). A
-// released record ends every holding before it (its holder dropped its token, and each earlier
-// holder had lapsed before that one acquired), so only then may a longer duration be forgotten.
+// released record ends every holding before it on its incarnation (its holder dropped its token,
+// and each earlier holder had lapsed before that one acquired), so only then may a longer duration
+// be forgotten — and only that incarnation's: a release on a Lease recreated after a deletion ends
+// no holding of the deleted one, whose holder may still be valid for the duration we saw.
 func (e *Election) remember(l *coordinationv1.Lease) {
+	d := &e.d
+	if l.UID != d.longestUID {
+		d.longestGone = max(d.longestGone, d.longest)
+		d.longest, d.longestUID = 0, l.UID
+	}
 	if holderOf(l) == "" {
-		e.d.longest = 0
+		d.longest = 0
 	}
 	e.recall(l)
 }
@@ -380,8 +387,13 @@ func (e *Election) recall(l *coordinationv1.Lease) {
 	d := &e.d
 	d.everSeen = true
 	d.maxSeen = max(d.maxSeen, epochOf(l))
-	if holderOf(l) != "" {
+	if holderOf(l) == "" {
+		return
+	}
+	if l.UID == d.longestUID {
 		d.longest = max(d.longest, leaseDuration(l, 0))
+	} else {
+		d.longestGone = max(d.longestGone, leaseDuration(l, 0))
 	}
 }
 

@@ -166,8 +166,11 @@ type driver struct {
 	// recUnderStream: rec was seen after the current watch stream began (by the stream, a read
 	// or our own write), so the stream will carry the record's deletion.
 	recUnderStream bool
-	// longest is the longest leaseDurationSeconds seen on the Lease since the last release seen.
-	longest time.Duration
+	// longest is the longest leaseDurationSeconds seen on incarnation longestUID since the last
+	// release seen there; longestGone the longest seen on any other incarnation (never forgotten:
+	// no release on another incarnation ends their holdings).
+	longest, longestGone time.Duration
+	longestUID           types.UID
 	// ownRV is the resourceVersion of the record our last successful write produced (or that ours
 	// accepted as our holding): the record a renewal or a release may act on.
 	ownRV    string

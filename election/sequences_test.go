@@ -585,3 +585,40 @@ func TestStreamsEndingBeforeTheWaitAreNotASilentStall(t *testing.T) {
 		t.Fatalf("%d early-stream warnings (want 1), %d absent lines (want some), %d held-by lines after it (want 0):\n%s", early, absent, heldBy, buf.String())
 	}
 }
+
+// Found by make sim (seed 1796156228746201197): c (6 s) has seen h's record (30 s); the Lease is
+// deleted under h, which stays valid; b, which never saw it, recreates it and releases it; d
+// (6 s) takes the release and crashes. c saw the release on the new incarnation and forgot h's
+// 30 s with it — but a release ends only the holdings of its own incarnation, not h's on the
+// deleted one — and took over d's record after 6 s, while h was valid. Durations seen on an
+// incarnation stay believed after its deletion; a release resets only its own incarnation's.
+func TestAReleaseOnANewIncarnationForgetsNoDurationOfTheDeletedOne(t *testing.T) {
+	const short, long, renew = 6 * time.Second, 30 * time.Second, 2 * time.Second
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+	h := newSync(t, store, clk, "h#1", long, renew)
+	c := newSync(t, store, clk, "c#2", short, renew)
+	b := newSync(t, store, clk, "b#3", short, renew)
+	d := newSync(t, store, clk, "d#4", short, renew)
+	h.round(ctx) // h creates the first incarnation: epoch 1, 30 s
+	c.handle(watchMsg{started: true})
+	watched(t, c, store)
+	gone := mustLeaseGone(t, store, h)
+	if err := store.Delete(ctx, testLease); err != nil { // h is partitioned; its Lease is deleted
+		t.Fatal(err)
+	}
+	c.handle(watchMsg{ev: watch.Event{Type: watch.Deleted, Object: gone}})
+	b.round(ctx) // b never saw the Lease: it creates a new incarnation at once (never-seen)
+	watched(t, c, store)
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	watched(t, c, store) // c sees the release, on the new incarnation
+	d.round(ctx)         // d takes the release at once, then crashes
+	watched(t, c, store)
+	wantToken(t, "h, partitioned", h, 1, true)
+	for h.Token().Valid {
+		c.round(ctx)
+		notBothValid(t, "c, timing d's record", h, c)
+		clk.Step(time.Second)
+	}
+}

@@ -27,7 +27,7 @@ var mutants = []mutant{
 		"case rec == nil || holderOf(rec) != e.identity || epochOf(rec) != d.epoch:",
 		"case rec == nil || holderOf(rec) != e.identity:"},
 	{"a candidate trusts the record's (possibly shortened) duration", "driver.go",
-		"\tdur := max(e.cfg.LeaseDuration, d.longest)\n\tif rec != nil {\n\t\tdur = max(dur, leaseDuration(rec, dur))\n\t}\n\treturn dur",
+		"\tdur := max(e.cfg.LeaseDuration, d.longest, d.longestGone)\n\tif rec != nil {\n\t\tdur = max(dur, leaseDuration(rec, dur))\n\t}\n\treturn dur",
 		"\tdur := e.cfg.LeaseDuration\n\tif rec != nil {\n\t\tdur = leaseDuration(rec, dur)\n\t}\n\t_ = d\n\treturn dur"},
 	{"no clock-rate margin on the holder's validity", "election.go",
 		"validFor:    cfg.LeaseDuration - time.Duration(float64(cfg.LeaseDuration)*MaxClockRateDifference),",
@@ -55,8 +55,8 @@ var mutants = []mutant{
 		"\tcase holder == \"\":\n\t\te.write(ctx, true, Acquired) // released: free at once",
 		"\tcase holder == e.identity && epochOf(d.rec) == d.maxSeen:\n\t\te.write(ctx, e.lapsed(now), Acquired)\n\tcase holder == \"\":\n\t\te.write(ctx, true, Acquired) // released: free at once"},
 	{"R-duration: a candidate forgets the longest duration it saw", "driver.go",
-		"dur := max(e.cfg.LeaseDuration, d.longest)",
-		"dur := max(e.cfg.LeaseDuration, 0*d.longest)"},
+		"dur := max(e.cfg.LeaseDuration, d.longest, d.longestGone)",
+		"dur := max(e.cfg.LeaseDuration, 0*d.longest, 0*d.longestGone)"},
 	{"R-duration: a takeover writes only its own duration", "driver.go",
 		"\tif holderOf(rec) != \"\" {\n\t\tdur = max(dur, leaseDuration(rec, dur))\n\t}\n\treturn int32(",
 		"\t_ = rec\n\treturn int32("},
@@ -64,6 +64,9 @@ var mutants = []mutant{
 	// only an outside write can shorten a held record's duration (a takeover writes at least the
 	// record's), the lease guard refuses that write, and the simulation excuses what follows as
 	// impersonation; reverting the rule was not caught (issue 16's note).
+	{"R-gone: a release on a recreated Lease forgets the durations seen on the deleted one", "driver.go",
+		"\tif l.UID != d.longestUID {\n\t\td.longestGone = max(d.longestGone, d.longest)\n",
+		"\tif l.UID != d.longestUID {\n"},
 	{"R-absence: an absence is timed from its first sighting, polls included", "driver.go",
 		"return d.watching && !d.absentUnheard && e.clock.Since(d.absenceTimedFrom()) > d.absentWait",
 		"return e.clock.Since(d.absentSince) > d.absentWait"},

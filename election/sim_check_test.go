@@ -189,6 +189,16 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 		!older.lastLanded.Before(newer.op.watchFrom) && older.duration > newer.op.waited {
 		return "create-delete-unseen"
 	}
+	// The same for a takeover of the Lease recreated after that deletion: a read showed the new
+	// incarnation, as it shows the absence to a creator, while the stream had delivered nothing
+	// since it began (the doc's "or its takeover of the Lease recreated after it").
+	if inc := s.incs[older.uid]; inc != nil && newer.op.what == "update" && newer.op.baseRec != nil &&
+		newer.op.baseRec.UID != older.uid && older.uid != newer.uid &&
+		!inc.deleted.IsZero() && !inc.deleted.After(newer.op.issued) &&
+		!newer.op.watchFrom.IsZero() && !newer.op.deliveredUnderStream && !newer.op.sawHolding(older) &&
+		!older.lastLanded.Before(newer.op.watchFrom) && older.duration > newer.op.waited {
+		return "create-delete-unseen"
+	}
 	// impersonation: an outside write the lease guard refuses, landed after the older holding
 	// began and before the newer one landed; or, in the same window, a release of a record the
 	// older holder's process last wrote, that no participant wrote (a forged record: whoever took over after it only ever saw

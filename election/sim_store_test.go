@@ -40,11 +40,12 @@ func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Leas
 		}
 	}
 	underStream := p.watchSeq > 0 && p.shownSeq > p.watchSeq
+	delivered := p.watchSeq > 0 && p.deliveredSeq > p.watchSeq
 	moment := s.moments
 	s.mu.Unlock()
 	op := &simOp{p: p, what: what, issued: s.clk.Now(), req: req, apply: f, resp: make(chan simResult, 1),
 		blind: what == "create" && !p.e.d.everSeen, timerFrom: p.absentTrue, watchFrom: watchFrom, downSince: downSince,
-		sawN: len(p.sawList), handled: p.e.watchEvents.Load(), waited: p.e.believed(p.e.d.rec), shownUnderStream: underStream, moment: moment}
+		sawN: len(p.sawList), handled: p.e.watchEvents.Load(), waited: p.e.believed(p.e.d.rec), shownUnderStream: underStream, deliveredUnderStream: delivered, moment: moment}
 	switch {
 	case what == "create":
 		op.waited = p.e.d.absentWait
@@ -173,6 +174,7 @@ func (s *sim) noteDelivered(p *simProc, ev watch.Event) {
 	if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Error && ev.Type != watch.Bookmark {
 		p.delivered = append(p.delivered, l.UID)
 		s.mu.Lock()
+		p.deliveredSeq = s.moment()
 		p.newestRV = max(p.newestRV, rvNumber(l))
 		if ev.Type != watch.Deleted {
 			p.shownSeq = s.moment()

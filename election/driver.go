@@ -106,7 +106,15 @@ func (e *Election) round(ctx context.Context) {
 		cancel()
 		switch {
 		case err == nil:
+			// A read that shows the Lease recreated while the stream is at or before the old
+			// incarnation's record: that incarnation's writes before its deletion (a takeover
+			// with a longer duration) are still on their way down the stream.
+			recreated := d.rec != nil && lease.UID != d.rec.UID && d.watching && d.recUnderStream
 			e.see(lease)
+			if d.rec == lease {
+				d.recRead = true
+				d.incUnheard = d.incUnheard || recreated
+			}
 		case apierrors.IsNotFound(err):
 			e.seeAbsent(nil)
 		default:
@@ -139,7 +147,7 @@ func (e *Election) round(ctx context.Context) {
 		// that resourceVersion: any later record may be someone's acquisition (see reclaimRV).
 		d.reclaimedAt = now
 		e.write(ctx, true, Acquired)
-	case holder == "":
+	case holder == "" && !d.incUnheard:
 		e.write(ctx, true, Acquired) // released: free at once
 	case e.takeoverAllowed(now):
 		// Also a record that names us but is not our holding (an outside edit, an acquisition
@@ -286,7 +294,7 @@ func (e *Election) believed(rec *coordinationv1.Lease) time.Duration {
 func (e *Election) takeoverAllowed(now time.Time) bool {
 	rec := e.d.rec
 	dur := e.believed(rec)
-	return expired(rec, now, dur) && e.d.obs.rv == rec.ResourceVersion && e.clock.Since(e.d.obs.since) > dur
+	return !e.d.incUnheard && expired(rec, now, dur) && e.d.obs.rv == rec.ResourceVersion && e.clock.Since(e.d.obs.since) > dur
 }
 
 // lapsed says whether our own record must be re-acquired (epoch + 1) rather than renewed: its
@@ -527,6 +535,11 @@ func (e *Election) settle(got *coordinationv1.Lease, err error, sent time.Time, 
 		// Someone else wrote first: a lost round, not an error, and never retried here. A 409 is
 		// an answer: our write did not commit.
 		d.stale = true
+		if op == "create" {
+			// The Lease existed after we saw it absent: an absence seen later is a new one, timed
+			// from its own first sighting (someone's holding, with any duration, came between).
+			d.known = false
+		}
 		if d.holds {
 			e.log.Info("the lease changed under us; the next round reads it again", "op", op, "epoch", d.epoch)
 		} else {
@@ -537,12 +550,18 @@ func (e *Election) settle(got *coordinationv1.Lease, err error, sent time.Time, 
 	default:
 		// No answer: the write may or may not have committed. The next read decides, and an
 		// acquisition that did commit is never adopted (see ours): the record is timed like any.
+		// A create that may have committed may have started holdings we never saw: an absence
+		// read later is timed anew, as after a 409.
 		d.stale = true
+		if op == "create" {
+			d.known = false
+		}
 		e.countError(op, err)
 		return
 	}
 	answered := e.clock.Now()
 	e.see(got)
+	d.recRead = false
 	d.ownWrite, d.ownRV, d.ownUID = true, got.ResourceVersion, got.UID
 	if outcome == Acquired || !d.holds {
 		d.heldFrom = answered
@@ -647,6 +666,9 @@ func (e *Election) takeoverDelay() time.Duration {
 			return e.cfg.RenewInterval
 		}
 		return d.absentWait - e.clock.Since(d.absenceTimedFrom()) + time.Microsecond
+	case d.incUnheard && !d.reclaimable():
+		// A recreated Lease read ahead of the stream: wait for the stream (or the next poll).
+		return e.cfg.RenewInterval
 	case holder == "":
 		return 0
 	case d.reclaimable():

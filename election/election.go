@@ -158,9 +158,11 @@ type driver struct {
 	// absentUnheard: a read found the Lease gone that the watch still shows existing; the
 	// absence is timed only from the DELETED event, which follows every write before the delete.
 	absentUnheard bool
-	// absentRead: the absence we know was found by a read, not by a DELETED event.
-	absentRead bool
-	skewRV     string // the record whose clock skew warnSkew logged
+	// absentRead: the absence we know was found by a read, not by a DELETED event; recRead: so
+	// was rec. incUnheard: a read showed the Lease recreated while the stream still carries the
+	// old incarnation; no takeover until the stream catches up (see round, streamBehind).
+	absentRead, recRead, incUnheard bool
+	skewRV                          string // the record whose clock skew warnSkew logged
 	// streamWarned: a stream ended early under this absence, and we said so (see handle).
 	streamWarned bool
 	// recUnderStream: rec was seen after the current watch stream began (by the stream, a read

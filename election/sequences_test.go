@@ -622,3 +622,53 @@ func TestAReleaseOnANewIncarnationForgetsNoDurationOfTheDeletedOne(t *testing.T)
 		clk.Step(time.Second)
 	}
 }
+
+// Found by a red team (its TestRTX2OneStreamNoReplayAfterRecreatedRead): u watches one unbroken
+// stream that has shown it every record of x's incarnation; the stream then lags. x releases, y
+// (600 s) takes the release, the Lease is deleted, and z, whose own stream lags, recreates it
+// after its wait and crashes. u's read shows the recreated Lease while its stream still shows
+// x's record: the deleted incarnation's writes since (y's 600 s takeover) are on their way down
+// the stream, as for an absence read under it. u timed z's record for its own 30 s and took it
+// over while y was valid. A recreated Lease read ahead of the stream is taken over only once the
+// stream has caught up (the old incarnation's DELETED, or the new one's events).
+func TestARecreatedLeaseReadAheadOfTheStreamWaitsForIt(t *testing.T) {
+	store, clk := fake.NewLeaseStore(), clocktesting.NewFakeClock(t0)
+	x := newSync(t, store, clk, "x#1", 10*time.Second, 2*time.Second)
+	y := newSync(t, store, clk, "y#2", 600*time.Second, 200*time.Second)
+	z := newSync(t, store, clk, "z#3", 10*time.Second, 2*time.Second)
+	u := newSync(t, store, clk, "u#4", 30*time.Second, 12*time.Second)
+	u.handle(watchMsg{started: true})
+	x.round(ctx)
+	watched(t, u, store)
+	u.round(ctx)
+	z.round(ctx)
+	for i := 0; i < 5; i++ {
+		clk.Step(2 * time.Second)
+		x.round(ctx)
+		watched(t, u, store) // u's stream is current up to here
+		z.round(ctx)
+	}
+	clk.Step(time.Second)
+	z.handle(watchMsg{ended: true})
+	z.handle(watchMsg{started: true}) // z's stream lags from here, and so does u's
+	clk.Step(500 * time.Millisecond)
+	if err := x.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	y.round(ctx) // y takes the release at once: epoch 2, 600 s
+	wantToken(t, "y", y, 2, true)
+	clk.Step(100 * time.Millisecond)
+	if err := store.Delete(ctx, testLease); err != nil {
+		t.Fatal(err)
+	}
+	for z.Token().Epoch == 0 && clk.Since(t0) < time.Minute { // z reads the absence, waits, creates
+		clk.Step(500 * time.Millisecond)
+		z.round(ctx)
+	}
+	wantToken(t, "z, after its wait", z, 2, true)
+	for i := 0; i < 240 && y.Token().Valid; i++ { // z crashes; u goes on with its rounds
+		clk.Step(500 * time.Millisecond)
+		u.round(ctx)
+		notBothValid(t, "u, having read the recreated Lease ahead of its stream", y, u)
+	}
+}

@@ -673,6 +673,10 @@ var pinnedSeeds = []int64{
 	// The checker took a takeover at an epoch the process had held before (after an edit lowered
 	// it) for the old holding going on.
 	1796156836459125995,
+	// The real driver loop: a create lost to another's ("already exists") left the absence timed
+	// from before that holding; the Lease deleted again, it created at once (R-lost-create).
+	1796157123440042804,
+	1796157646671707416, // the real loop: a driver waiting for its stream must not spin
 }
 
 func TestRandomizedSimulation(t *testing.T) {

@@ -102,6 +102,9 @@ func (e *Election) handle(m watchMsg) {
 		// An absence already known is timed again from its first sighting under this stream
 		// (seeAbsent): the stream may still carry, undelivered, writes since it was last seen.
 		d.watching, d.watchFrom, d.stale, d.absentUnheard, d.recUnderStream = true, e.clock.Now(), true, false, false
+		// A stream begun now brings nothing from before it: an incarnation deleted before it is
+		// the package doc's create-delete-unseen, and waiting for its events would be for ever.
+		d.incUnheard = false
 		return
 	case m.ended:
 		d.watching = false
@@ -125,19 +128,26 @@ func (e *Election) handle(m watchMsg) {
 		if d.seenRV != "" && !newer(l.ResourceVersion, d.seenRV) {
 			if d.rec != nil && d.rec.UID == l.UID {
 				// Known already (a stream's opening ADDED of the record we read, say): the stream
-				// is at or before our record, so its deletion will come down it (mayCreate).
-				d.recUnderStream = d.watching
+				// is at or before our record, so its deletion will come down it (mayCreate); and
+				// past any incarnation before it.
+				d.recUnderStream, d.incUnheard = d.watching, false
 			}
-			e.streamBehind()
+			e.streamBehind(l)
 			e.recall(l) // replayed, or known already: what it says of the past still counts
 			return
 		}
 		e.see(l)
+		d.recRead, d.incUnheard = false, false
 	case watch.Deleted:
-		if d.rec != nil && d.rec.UID != l.UID || d.seenRV != "" && !newer(l.ResourceVersion, d.seenRV) {
-			// An older incarnation, or a replay: what it says of the past still counts.
-			e.streamBehind()
+		if d.rec != nil && d.rec.UID != l.UID {
+			// An older incarnation's deletion: the stream has brought every write of it (in
+			// order, before this); what it says of the past still counts.
 			e.recall(l)
+			d.incUnheard = false
+			return
+		}
+		if d.seenRV != "" && !newer(l.ResourceVersion, d.seenRV) {
+			e.recall(l) // a replay: what it says of the past still counts
 			return
 		}
 		d.seenRV = l.ResourceVersion
@@ -162,12 +172,19 @@ func newer(rv, than string) bool {
 	return a > b
 }
 
-// streamBehind notes an event at or before the newest record we saw. While a read has shown the
-// Lease gone, such an event says the stream is behind that deletion: every write before it (a
-// takeover with a longer duration than we believe in) is still on its way down the stream, so
-// the absence waits for the stream's DELETED event (mayCreate), as for a record seen under it.
-func (e *Election) streamBehind() {
-	if d := &e.d; d.rec == nil && d.known && d.absentRead && d.watching {
+// streamBehind notes an event (l) at or before the newest record we saw. While a read has shown
+// the Lease gone, or recreated, such an event of an older record says the stream is behind that
+// deletion: every write before it (a takeover with a longer duration than we believe in) is still
+// on its way down the stream, so the absence waits for the stream's DELETED event (mayCreate), and
+// the recreated Lease is not taken over until the stream has caught up, as for a record seen under
+// it.
+func (e *Election) streamBehind(l *coordinationv1.Lease) {
+	d := &e.d
+	switch {
+	case !d.watching:
+	case d.rec == nil && d.known && d.absentRead:
 		d.absentUnheard = true
+	case d.rec != nil && d.recRead && l.UID != d.rec.UID:
+		d.incUnheard = true
 	}
 }

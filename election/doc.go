@@ -49,14 +49,14 @@
 //     And a read that finds the Lease gone while the watch still shows it counts only from the
 //     watch's DELETED event: the writes before the delete (a takeover with a longer duration) are
 //     still on their way down the stream, which delivers every change in order. So does a read's
-//     absence after which the stream shows an event at or before the newest record we saw (a
-//     replay, a record we knew): the stream is behind the deletion. Likewise a read that shows the
-//     Lease recreated while the stream is at or before the old incarnation's record: the new
-//     record is not taken over (nor its release taken) until the stream has caught up (the old
-//     incarnation's DELETED, or an event of the new one). A stream that never delivers it holds
-//     the create or takeover back until the stream ends and a new one begins. And a create lost
-//     to another's ("already exists", or no answer) shows the Lease existed after the absence was
-//     first seen: a later absence is timed from its own first sighting.
+//     absence while the stream shows, before or after it, an event older than the newest record
+//     we saw, and nothing as new since: the stream is behind the deletion. Likewise a read that
+//     shows the Lease recreated while the stream is at or before the old incarnation's record,
+//     or behind: the new record is not taken over (nor its release taken) until the stream has
+//     caught up (the old incarnation's DELETED, or an event of the new one). A stream that never
+//     delivers it holds the create or takeover back until the stream ends and a new one begins.
+//     And a create lost to another's ("already exists", or no answer) shows the Lease existed
+//     after the absence was first seen: a later absence is timed from its own first sighting.
 //   - renewTime or holderIdentity edited: the record is timed like any record that changed, from
 //     when it was first seen, on the candidate's monotonic clock.
 //   - An epoch at its limit (2^31−1, which only an edit can reach) stops the shard's elections: it

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // minRoundGap bounds how often rounds may run back to back, so that no sequence of events can
@@ -109,10 +110,17 @@ func (e *Election) round(ctx context.Context) {
 			// A read that shows the Lease recreated while the stream is at or before the old
 			// incarnation's record: that incarnation's writes before its deletion (a takeover
 			// with a longer duration) are still on their way down the stream.
-			recreated := d.rec != nil && lease.UID != d.rec.UID && d.watching && d.recUnderStream
+			var before types.UID
+			if d.rec != nil && lease.UID != d.rec.UID {
+				before = d.rec.UID
+			}
+			recreated := before != "" && d.watching && (d.recUnderStream || d.streamLags)
 			e.see(lease)
 			if d.rec == lease {
 				d.recRead = true
+				if before != "" {
+					d.recreatedFrom = before
+				}
 				d.incUnheard = d.incUnheard || recreated
 			}
 		case apierrors.IsNotFound(err):
@@ -438,7 +446,7 @@ func (e *Election) seeAbsent(deleted *coordinationv1.Lease) {
 	// Only for a record seen after the current stream began: the stream is then at or before
 	// that record, so the deletion after it comes down the stream. A stream that began after we
 	// last saw the Lease may have begun after the deletion (that absence is timed from its start).
-	d.absentUnheard = deleted == nil && (d.absentUnheard || first && d.rec != nil && d.watching && d.recUnderStream)
+	d.absentUnheard = deleted == nil && (d.absentUnheard || first && d.rec != nil && d.watching && (d.recUnderStream || d.streamLags))
 	d.rec, d.known, d.stale, d.ownWrite = nil, true, false, false
 }
 

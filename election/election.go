@@ -162,7 +162,11 @@ type driver struct {
 	// was rec. incUnheard: a read showed the Lease recreated while the stream still carries the
 	// old incarnation; no takeover until the stream catches up (see round, streamBehind).
 	absentRead, recRead, incUnheard bool
-	skewRV                          string // the record whose clock skew warnSkew logged
+	recreatedFrom                   types.UID // the incarnation a read last showed replaced
+	// streamLags: the current stream has shown an event older than the newest record we saw,
+	// and nothing as new since: a read's absence or recreated Lease is ahead of it.
+	streamLags bool
+	skewRV     string // the record whose clock skew warnSkew logged
 	// streamWarned: a stream ended early under this absence, and we said so (see handle).
 	streamWarned bool
 	// recUnderStream: rec was seen after the current watch stream began (by the stream, a read

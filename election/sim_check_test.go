@@ -164,11 +164,11 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 	// (the incarnation was created after the create left).
 	if inc := s.incs[older.uid]; inc != nil && older.uid != newer.uid && !inc.deleted.IsZero() &&
 		!inc.deleted.After(newer.op.landed) && !newer.op.sawHolding(older) {
-		// Or between two of its watches: with none running as it sent, the holding began (and
-		// so was deleted) after its last watch ended.
+		// Or with no watch running as it sent: the holding came between two of its watches, or
+		// on one that ended without delivering it (it was never shown it).
 		beforeWatch := (!inc.deleted.After(newer.op.p.started) ||
 			(!newer.op.watchFrom.IsZero() && !inc.deleted.After(newer.op.watchFrom)) ||
-			(newer.op.watchFrom.IsZero() && !older.op.landed.Before(newer.op.downSince))) &&
+			newer.op.watchFrom.IsZero()) &&
 			older.duration > newer.op.waited
 		create := newer.op.what == "create"
 		inFlight := create && inc.created.After(newer.op.issued)

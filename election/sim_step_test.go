@@ -70,7 +70,7 @@ func (s *sim) startWatch(p *simProc) {
 
 func (s *sim) stopWatch(p *simProc) {
 	p.w.Stop()
-	p.w, p.watchFrom, p.watchSeq, p.watchEnded = nil, time.Time{}, 0, s.clk.Now()
+	p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 	s.run(p, func() { p.e.handle(watchMsg{ended: true}) })
 }
 
@@ -179,7 +179,7 @@ func (s *sim) releaseStep(p *simProc) {
 	p.done = true
 	if p.w != nil {
 		p.w.Stop()
-		p.w, p.watchFrom, p.watchSeq, p.watchEnded = nil, time.Time{}, 0, s.clk.Now()
+		p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 	}
 	s.faults["release (valid token)"] += map[bool]int{true: 1}[p.e.Token().Valid]
 	s.faults["release (no valid token)"] += map[bool]int{false: 1}[p.e.Token().Valid]
@@ -237,7 +237,7 @@ func (s *sim) crash(p *simProc) {
 	p.clk.setSuspended(false)
 	if p.w != nil {
 		p.w.Stop()
-		p.w, p.watchFrom, p.watchSeq, p.watchEnded = nil, time.Time{}, 0, s.clk.Now()
+		p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 	}
 	if p.sw != nil {
 		p.sw.Stop()
@@ -286,7 +286,7 @@ func (s *sim) nextEvent(p *simProc) (watch.Event, bool) {
 	select {
 	case ev, ok := <-p.w.ResultChan():
 		if !ok {
-			p.w, p.watchFrom, p.watchSeq, p.watchEnded = nil, time.Time{}, 0, s.clk.Now()
+			p.w, p.watchFrom, p.watchSeq = nil, time.Time{}, 0
 			s.run(p, func() { p.e.handle(watchMsg{ended: true}) })
 			return watch.Event{}, false
 		}

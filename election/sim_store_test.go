@@ -32,19 +32,12 @@ func (st simStore) do(ctx context.Context, what string, req *coordinationv1.Leas
 	s.noteAbsence(p)
 	s.mu.Lock()
 	watchFrom := p.watchFrom // the watch goroutine sets it
-	downSince := time.Time{}
-	if watchFrom.IsZero() {
-		downSince = p.watchEnded
-		if downSince.IsZero() {
-			downSince = p.started
-		}
-	}
 	underStream := p.watchSeq > 0 && p.shownSeq > p.watchSeq
 	delivered := p.watchSeq > 0 && p.deliveredSeq > p.watchSeq
 	moment := s.moments
 	s.mu.Unlock()
 	op := &simOp{p: p, what: what, issued: s.clk.Now(), req: req, apply: f, resp: make(chan simResult, 1),
-		blind: what == "create" && !p.e.d.everSeen, timerFrom: p.absentTrue, watchFrom: watchFrom, downSince: downSince,
+		blind: what == "create" && !p.e.d.everSeen, timerFrom: p.absentTrue, watchFrom: watchFrom,
 		sawN: len(p.sawList), handled: p.e.watchEvents.Load(), waited: p.e.believed(p.e.d.rec), shownUnderStream: underStream, deliveredUnderStream: delivered, moment: moment}
 	switch {
 	case what == "create":
@@ -145,7 +138,7 @@ func (w *simWatch) Stop() {
 	w.once.Do(func() { close(w.ch) })
 	w.s.mu.Lock()
 	if w.p.sw == w {
-		w.p.sw, w.p.watchFrom, w.p.watchSeq, w.p.watchEnded = nil, time.Time{}, 0, w.s.clk.Now()
+		w.p.sw, w.p.watchFrom, w.p.watchSeq = nil, time.Time{}, 0
 	}
 	w.s.mu.Unlock()
 }

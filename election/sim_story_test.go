@@ -545,6 +545,56 @@ func init() {
 				storyFollow("b times the absence", "b", func(s *sim, st *story) bool { return st.cast["b"].e.Token().Valid }),
 			},
 		},
+		{
+			// R-recreated: b's stream has shown it w's record and then lags; w releases, x (a
+			// longer lease) takes the release, x stops and the Lease is deleted; a new process
+			// recreates it and stops; b's read shows the recreated Lease while its stream still
+			// shows w's record: x's takeover is on its way down the stream, not yet believed.
+			name: "lagging-watch-takeover-recreate", weight: 8,
+			begin: func(s *sim, st *story) bool {
+				if s.loop {
+					return false // step mode, like lagging-watch-takeover-delete
+				}
+				w := s.validHolder()
+				cur := s.storedRec()
+				if w == nil || cur == nil || !s.idle(w) {
+					return false
+				}
+				b := s.storyPick(func(p *simProc) bool { return p != w && s.watches(p) && s.idle(p) })
+				if b == nil || s.longestConfig().lease <= b.cfg.lease {
+					return false
+				}
+				st.cast["w"], st.cast["b"] = w, b
+				return true
+			},
+			beats: []storyBeat{
+				{what: "a process with the longest lease starts in another's place (a rolling update)", act: func(s *sim, st *story) bool {
+					return s.storyRestartAs(st, "x", s.longestConfig(), st.cast["w"], st.cast["b"])
+				}},
+				{what: "b reads, its stream current", act: func(s *sim, st *story) bool { return s.storyRound(st, st.cast["b"]) }},
+				storyFollow("b's read is answered", "b", func(s *sim, st *story) bool { return st.cast["b"].op == nil }),
+				{what: "b's watch lags; w shuts down gracefully", act: func(s *sim, st *story) bool {
+					s.storyLag(st.cast["b"])
+					return s.storyRelease(st, st.cast["w"])
+				}},
+				storyFollow("w's release travels", "w", func(s *sim, st *story) bool { return st.cast["w"].op == nil }),
+				storyFollow("x takes the release", "x", func(s *sim, st *story) bool { return st.cast["x"].e.Token().Valid }),
+				{what: "x stops (paused) and the Lease is deleted", act: func(s *sim, st *story) bool {
+					x := st.cast["x"]
+					if !x.e.Token().Valid {
+						return st.abandon()
+					}
+					return s.storyPause(st, x) && s.storyDelete(st)
+				}},
+				{what: "a new process starts in another's place", act: func(s *sim, st *story) bool {
+					return s.storyRestartAs(st, "z", s.shortestConfig(), st.cast["b"], st.cast["x"])
+				}},
+				storyFollow("z recreates the Lease", "z", func(s *sim, st *story) bool { return st.cast["z"].e.Token().Valid }),
+				{what: "z stops (paused)", act: func(s *sim, st *story) bool { return s.storyPause(st, st.cast["z"]) }},
+				{what: "b reads the recreated Lease", act: func(s *sim, st *story) bool { return s.storyRound(st, st.cast["b"]) }},
+				storyFollow("b times it", "b", func(s *sim, st *story) bool { return st.cast["b"].e.Token().Valid }),
+			},
+		},
 	}
 }
 

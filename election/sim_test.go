@@ -109,10 +109,8 @@ type simOp struct {
 	blind     bool      // a create by a process that never saw the Lease exist
 	timerFrom time.Time // true time the sender began timing the absence it acts on
 	watchFrom time.Time // true time its unbroken watch began; zero: not watching
-	// downSince, with no watch as it sent: true time its last watch ended (or it started).
-	downSince time.Time
-	sawN      int    // how much of its sawList it had been shown
-	handled   uint64 // watch events its driver had handled
+	sawN      int       // how much of its sawList it had been shown
+	handled   uint64    // watch events its driver had handled
 	// shownUnderStream: a record was shown to the sender after its current watch began;
 	// deliveredUnderStream: by that watch itself (an event of any kind).
 	shownUnderStream, deliveredUnderStream bool
@@ -151,7 +149,6 @@ type simProc struct {
 	sawList                 []types.UID // incarnations its answers showed it, in order
 	delivered               []types.UID // the incarnation of every watch event handed to the process, in order
 	watchFrom               time.Time   // true time its current watch began; zero: none
-	watchEnded              time.Time   // true time its last watch ended; zero: none has
 	// watchSeq and shownSeq order (by sim.moment) the start of its current watch (0: none) and
 	// the last record it was shown, by an answer or a watch event.
 	watchSeq, shownSeq int
@@ -676,7 +673,12 @@ var pinnedSeeds = []int64{
 	// The real driver loop: a create lost to another's ("already exists") left the absence timed
 	// from before that holding; the Lease deleted again, it created at once (R-lost-create).
 	1796157123440042804,
-	1796157646671707416, // the real loop: a driver waiting for its stream must not spin
+	1796157646671707416,                      // the real loop: a driver waiting for its stream must not spin
+	1796158041011497905, 1796158041011498639, // R-recreated (3 in 1,000, with its storyline)
+	1796158431677285749, 1796158431677285823, // R-gone (12 in 3,000)
+	1796158473661732358, 1796158473661732562, // R-unheard (9 in 3,000)
+	// A lagging stream that showed an old record before a read found the Lease gone.
+	1796158516239968005,
 }
 
 func TestRandomizedSimulation(t *testing.T) {

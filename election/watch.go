@@ -104,7 +104,7 @@ func (e *Election) handle(m watchMsg) {
 		d.watching, d.watchFrom, d.stale, d.absentUnheard, d.recUnderStream = true, e.clock.Now(), true, false, false
 		// A stream begun now brings nothing from before it: an incarnation deleted before it is
 		// the package doc's create-delete-unseen, and waiting for its events would be for ever.
-		d.incUnheard = false
+		d.incUnheard, d.streamLags = false, false
 		return
 	case m.ended:
 		d.watching = false
@@ -132,18 +132,23 @@ func (e *Election) handle(m watchMsg) {
 				// past any incarnation before it.
 				d.recUnderStream, d.incUnheard = d.watching, false
 			}
-			e.streamBehind(l)
+			if d.rec == nil || l.ResourceVersion != d.seenRV {
+				e.streamBehind(l) // older than our newest, or our newest after a read found it gone
+			}
 			e.recall(l) // replayed, or known already: what it says of the past still counts
 			return
 		}
 		e.see(l)
-		d.recRead, d.incUnheard = false, false
+		d.recRead, d.incUnheard, d.streamLags = false, false, false
 	case watch.Deleted:
 		if d.rec != nil && d.rec.UID != l.UID {
-			// An older incarnation's deletion: the stream has brought every write of it (in
-			// order, before this); what it says of the past still counts.
+			// An older incarnation's deletion; if it is the one a read showed replaced, the stream
+			// has brought every write of it (in order, before this). What it says of the past
+			// still counts.
 			e.recall(l)
-			d.incUnheard = false
+			if l.UID == d.recreatedFrom {
+				d.incUnheard = false
+			}
 			return
 		}
 		if d.seenRV != "" && !newer(l.ResourceVersion, d.seenRV) {
@@ -180,6 +185,8 @@ func newer(rv, than string) bool {
 // it.
 func (e *Election) streamBehind(l *coordinationv1.Lease) {
 	d := &e.d
+	// Until it brings something at least as new, what a read shows later is ahead of it too.
+	d.streamLags = d.watching
 	switch {
 	case !d.watching:
 	case d.rec == nil && d.known && d.absentRead:

@@ -679,6 +679,7 @@ var pinnedSeeds = []int64{
 	1796158473661732358, 1796158473661732562, // R-unheard (9 in 3,000)
 	// A lagging stream that showed an old record before a read found the Lease gone.
 	1796158516239968005,
+	1796159321610424566, 1796159321610424651, // R-stream, once the lagging-stream rule landed
 }
 
 func TestRandomizedSimulation(t *testing.T) {

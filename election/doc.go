@@ -97,13 +97,14 @@
 //     this process could not see them (before its current watch began — an earlier stream that
 //     ended without delivering them included — or between two of its watches), when that
 //     holder's duration is longer than any this process believes in; or such a holding and
-//     deletion whose watch events were still on their way when this process sent its own create,
-//     or its takeover of the Lease recreated after that deletion: a create-then-delete, or a
-//     write after its stream began when that stream had brought it nothing yet (a read found the
-//     Lease gone, or recreated; nothing tells it the stream is behind). A create
-//     cannot be made conditional on "never existed", and no process can know a duration it never
-//     saw; only a cluster that refuses deletes closes it. (A watch resumed from the last
-//     resourceVersion seen would narrow the first case; this package starts each stream afresh.)
+//     deletion whose watch events were still on their way (the holding's perhaps lost with an
+//     earlier stream) when this process sent its own create, or its takeover of the Lease
+//     recreated after that deletion: a create-then-delete, or a write after its stream began
+//     when that stream had brought it nothing yet (a read found the Lease gone, or recreated;
+//     nothing tells it the stream is behind). A create cannot be made conditional on "never
+//     existed", and no process can know a duration it never saw; only a cluster that refuses
+//     deletes closes it. (A watch resumed from the last resourceVersion seen would narrow the
+//     first case; this package starts each stream afresh.)
 //   - vm-freeze: a freeze that stops every clock of the holder's machine (a paused VM whose
 //     kvmclock stands still) cannot be seen from inside: on resume the holder reports a valid token
 //     for the rest of its lease, next to a successor, and acts on it: a record that names it with

@@ -177,16 +177,16 @@ func (s *sim) excuseNewer(older, newer *simHolding) string {
 			return "create-delete-unseen"
 		}
 	}
-	// The same, for a holding on an incarnation the newer holder has seen: the older holding was
-	// written (acquired, or renewed) after the newer holder's stream began, which had not yet
-	// brought it (nor anything after the newer holder's last sighting, from before the stream
-	// began) when its create left, the incarnation deleted by then: a read found the Lease gone,
-	// and nothing told it that its stream was behind (the package doc's "a write after its
-	// stream began when it had seen nothing on that stream yet").
+	// The same, for a holding on an incarnation the newer holder has seen: the older holding, never
+	// shown to it, was written before its current stream began (on an earlier stream that ended
+	// without delivering it) or after (the stream had not yet brought it), and deleted by the time
+	// its create left, the stream having brought nothing: a read found the Lease gone, and nothing
+	// told it that its stream was behind (the package doc's "a write after its stream began when
+	// that stream had brought it nothing yet", with "before its current watch began").
 	if inc := s.incs[older.uid]; inc != nil && newer.op.what == "create" && older.uid != newer.uid &&
 		!inc.deleted.IsZero() && !inc.deleted.After(newer.op.issued) &&
 		!newer.op.watchFrom.IsZero() && !newer.op.shownUnderStream && !newer.op.sawHolding(older) &&
-		!older.lastLanded.Before(newer.op.watchFrom) && older.duration > newer.op.waited {
+		older.duration > newer.op.waited {
 		return "create-delete-unseen"
 	}
 	// The same for a takeover of the Lease recreated after that deletion: a read showed the new

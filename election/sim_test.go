@@ -680,6 +680,8 @@ var pinnedSeeds = []int64{
 	// A lagging stream that showed an old record before a read found the Lease gone.
 	1796158516239968005,
 	1796159321610424566, 1796159321610424651, // R-stream, once the lagging-stream rule landed
+	// The checker: a holding lost with an earlier stream, deleted under a lagging one.
+	1796158660432550406,
 }
 
 func TestRandomizedSimulation(t *testing.T) {

@@ -281,11 +281,12 @@ func (d *driver) absenceTimedFrom() time.Time {
 
 // believed is the duration a candidate must wait out for rec: the longest it has reason to believe
 // in — the record's, its own configuration's, the longest seen on this incarnation since the last
-// release it saw, and the longest seen on any incarnation before it. A shortened leaseDurationSeconds (an outside edit) must not shorten the wait: the
-// holder's token is valid for the duration it wrote, not the one someone else wrote over it. And
-// the longest is never forgotten with time, only at a release: a candidate that was partitioned
-// cannot know the holder it last saw has gone, however long ago it saw it (processes with different
-// durations run side by side in a rolling update).
+// release it saw, and the longest seen on any incarnation before it. A shortened
+// leaseDurationSeconds (an outside edit) must not shorten the wait: the holder's token is valid
+// for the duration it wrote, not the one someone else wrote over it. And the longest is never
+// forgotten with time, only at a release: a candidate that was partitioned cannot know the holder
+// it last saw has gone, however long ago it saw it (processes with different durations run side
+// by side in a rolling update).
 func (e *Election) believed(rec *coordinationv1.Lease) time.Duration {
 	d := &e.d
 	dur := max(e.cfg.LeaseDuration, d.longest, d.longestGone)

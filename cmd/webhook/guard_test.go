@@ -123,6 +123,12 @@ func TestGuardAgainstTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, 10*time.Second, "the webhook's Lease watch has the epoch-0 record", func() error {
+		if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, writer, dryRun); err == nil || !strings.Contains(err.Error(), "epoch (leaseTransitions) 0") {
+			return fmt.Errorf("dry run: %v", err)
+		}
+		return nil
+	})
 	msg = attempt("Lease at epoch 0", writer)
 	mustContain(t, msg, "epoch (leaseTransitions) 0")
 	created.Spec.LeaseTransitions = ptrTo[int32](1)
@@ -130,9 +136,12 @@ func TestGuardAgainstTheAPIServer(t *testing.T) {
 	if _, err := cs.CoordinationV1().Leases(ns).Update(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, writer, dryRun); err != nil {
-		t.Fatalf("dry run with everything in place: %v", err)
-	}
+	// The webhook reads Leases from its watch, which trails the API server: the epoch-1 record
+	// reaches it a moment after the update returns (CI saw the dry run judge epoch 0).
+	eventually(t, 10*time.Second, "a dry run with everything in place admitted", func() error {
+		_, err := cs.AppsV1().StatefulSets(ns).Create(ctx, writer, dryRun)
+		return err
+	})
 	if _, err := cs.AppsV1().StatefulSets(ns).Get(ctx, wt.WriterName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a dry run persisted the StatefulSet: %v", err)
 	}

@@ -538,17 +538,18 @@ func fits(epoch uint64) error {
 // point in between.
 func (e *Election) settle(got *coordinationv1.Lease, err error, sent time.Time, boot time.Duration, epoch uint64, outcome Outcome, op string) {
 	d := &e.d
+	if err != nil && op == "create" {
+		// A create that lost ("already exists") shows the Lease existed after we saw it absent;
+		// one whose answer never came may have committed and started holdings we never saw.
+		// Either way an absence seen later is a new one, timed from its own first sighting.
+		d.known = false
+	}
 	switch {
 	case err == nil:
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 		// Someone else wrote first: a lost round, not an error, and never retried here. A 409 is
 		// an answer: our write did not commit.
 		d.stale = true
-		if op == "create" {
-			// The Lease existed after we saw it absent: an absence seen later is a new one, timed
-			// from its own first sighting (someone's holding, with any duration, came between).
-			d.known = false
-		}
 		if d.holds {
 			e.log.Info("the lease changed under us; the next round reads it again", "op", op, "epoch", d.epoch)
 		} else {
@@ -559,12 +560,7 @@ func (e *Election) settle(got *coordinationv1.Lease, err error, sent time.Time, 
 	default:
 		// No answer: the write may or may not have committed. The next read decides, and an
 		// acquisition that did commit is never adopted (see ours): the record is timed like any.
-		// A create that may have committed may have started holdings we never saw: an absence
-		// read later is timed anew, as after a 409.
 		d.stale = true
-		if op == "create" {
-			d.known = false
-		}
 		e.countError(op, err)
 		return
 	}

@@ -513,7 +513,7 @@ func init() {
 				}
 				return true
 			},
-			beats: []storyBeat{
+			beats: slices.Concat([]storyBeat{
 				{what: "a process with the longest lease starts in another's place (a rolling update)", act: func(s *sim, st *story) bool {
 					if st.cast["x"] != nil {
 						return true
@@ -528,22 +528,10 @@ func init() {
 					return s.storyRound(st, b)
 				}},
 				storyFollow("b's read is answered", "b", func(s *sim, st *story) bool { return st.cast["b"].op == nil }),
-				{what: "b's watch lags; w shuts down gracefully", act: func(s *sim, st *story) bool {
-					s.storyLag(st.cast["b"])
-					return s.storyRelease(st, st.cast["w"])
-				}},
-				storyFollow("w's release travels", "w", func(s *sim, st *story) bool { return st.cast["w"].op == nil }),
-				storyFollow("x takes the release", "x", func(s *sim, st *story) bool { return st.cast["x"].e.Token().Valid }),
-				{what: "x stops (paused) and the Lease is deleted", act: func(s *sim, st *story) bool {
-					x := st.cast["x"]
-					if !x.e.Token().Valid {
-						return st.abandon()
-					}
-					return s.storyPause(st, x) && s.storyDelete(st)
-				}},
+			}, storyLaggingTakeoverDeleted(), []storyBeat{
 				{what: "b reads the absence", act: func(s *sim, st *story) bool { return s.storyRound(st, st.cast["b"]) }},
 				storyFollow("b times the absence", "b", func(s *sim, st *story) bool { return st.cast["b"].e.Token().Valid }),
-			},
+			}),
 		},
 		{
 			// R-recreated: b's stream has shown it w's record and then lags; w releases, x (a
@@ -567,25 +555,13 @@ func init() {
 				st.cast["w"], st.cast["b"] = w, b
 				return true
 			},
-			beats: []storyBeat{
+			beats: slices.Concat([]storyBeat{
 				{what: "a process with the longest lease starts in another's place (a rolling update)", act: func(s *sim, st *story) bool {
 					return s.storyRestartAs(st, "x", s.longestConfig(), st.cast["w"], st.cast["b"])
 				}},
 				{what: "b reads, its stream current", act: func(s *sim, st *story) bool { return s.storyRound(st, st.cast["b"]) }},
 				storyFollow("b's read is answered", "b", func(s *sim, st *story) bool { return st.cast["b"].op == nil }),
-				{what: "b's watch lags; w shuts down gracefully", act: func(s *sim, st *story) bool {
-					s.storyLag(st.cast["b"])
-					return s.storyRelease(st, st.cast["w"])
-				}},
-				storyFollow("w's release travels", "w", func(s *sim, st *story) bool { return st.cast["w"].op == nil }),
-				storyFollow("x takes the release", "x", func(s *sim, st *story) bool { return st.cast["x"].e.Token().Valid }),
-				{what: "x stops (paused) and the Lease is deleted", act: func(s *sim, st *story) bool {
-					x := st.cast["x"]
-					if !x.e.Token().Valid {
-						return st.abandon()
-					}
-					return s.storyPause(st, x) && s.storyDelete(st)
-				}},
+			}, storyLaggingTakeoverDeleted(), []storyBeat{
 				{what: "a new process starts in another's place", act: func(s *sim, st *story) bool {
 					return s.storyRestartAs(st, "z", s.shortestConfig(), st.cast["b"], st.cast["x"])
 				}},
@@ -593,8 +569,29 @@ func init() {
 				{what: "z stops (paused)", act: func(s *sim, st *story) bool { return s.storyPause(st, st.cast["z"]) }},
 				{what: "b reads the recreated Lease", act: func(s *sim, st *story) bool { return s.storyRound(st, st.cast["b"]) }},
 				storyFollow("b times it", "b", func(s *sim, st *story) bool { return st.cast["b"].e.Token().Valid }),
-			},
+			}),
 		},
+	}
+}
+
+// storyLaggingTakeoverDeleted is the middle both lagging-watch-takeover storylines share: b's
+// watch lags as w shuts down gracefully, x (a longer lease) takes the release, x stops and the
+// Lease is deleted.
+func storyLaggingTakeoverDeleted() []storyBeat {
+	return []storyBeat{
+		{what: "b's watch lags; w shuts down gracefully", act: func(s *sim, st *story) bool {
+			s.storyLag(st.cast["b"])
+			return s.storyRelease(st, st.cast["w"])
+		}},
+		storyFollow("w's release travels", "w", func(s *sim, st *story) bool { return st.cast["w"].op == nil }),
+		storyFollow("x takes the release", "x", func(s *sim, st *story) bool { return st.cast["x"].e.Token().Valid }),
+		{what: "x stops (paused) and the Lease is deleted", act: func(s *sim, st *story) bool {
+			x := st.cast["x"]
+			if !x.e.Token().Valid {
+				return st.abandon()
+			}
+			return s.storyPause(st, x) && s.storyDelete(st)
+		}},
 	}
 }
 

@@ -432,12 +432,8 @@ func TestAnAbsenceKnownBeforeAStreamIsTimedAgainUnderIt(t *testing.T) {
 	c := newSync(t, store, clk, "c#2", lease, renew)
 	h.round(ctx)
 	c.handle(watchMsg{started: true})
-	watched(t, c, store) // c sees h's record
-	if err := store.Delete(ctx, testLease); err != nil {
-		t.Fatal(err)
-	}
-	gone := mustLeaseGone(t, store, h)
-	c.handle(watchMsg{ev: watch.Event{Type: watch.Deleted, Object: gone}}) // c knows it is absent
+	watched(t, c, store)         // c sees h's record
+	deletedUnder(t, store, h, c) // c knows it is absent
 	clk.Step(time.Second)
 	h.round(ctx) // h's renewal finds it gone
 	h.round(ctx) // h, still valid when it learned of it, recreates at once
@@ -454,6 +450,15 @@ func TestAnAbsenceKnownBeforeAStreamIsTimedAgainUnderIt(t *testing.T) {
 		notBothValid(t, "c after its read of the absence", h, c)
 		clk.Step(time.Second)
 	}
+}
+
+// deletedUnder deletes the Lease h last wrote, and c's watch delivers the DELETED event.
+func deletedUnder(t *testing.T, store *fake.LeaseStore, h, c *Election) {
+	t.Helper()
+	if err := store.Delete(ctx, testLease); err != nil {
+		t.Fatal(err)
+	}
+	c.handle(watchMsg{ev: watch.Event{Type: watch.Deleted, Object: mustLeaseGone(t, store, h)}})
 }
 
 // mustLeaseGone is the last state of the Lease h wrote, as a DELETED event carries it.
@@ -557,12 +562,8 @@ func TestStreamsEndingBeforeTheWaitAreNotASilentStall(t *testing.T) {
 	h.round(ctx)
 	c.handle(watchMsg{started: true})
 	watched(t, c, store)
-	gone := mustLeaseGone(t, store, h)
-	if err := store.Delete(ctx, testLease); err != nil { // h has crashed; its Lease is deleted
-		t.Fatal(err)
-	}
-	c.handle(watchMsg{ev: watch.Event{Type: watch.Deleted, Object: gone}})
-	for i := 0; i < 10; i++ { // every stream ends a second after it began
+	deletedUnder(t, store, h, c) // h has crashed; its Lease is deleted
+	for i := 0; i < 10; i++ {    // every stream ends a second after it began
 		c.round(ctx)
 		clk.Step(time.Second)
 		c.handle(watchMsg{ended: true})
@@ -602,12 +603,8 @@ func TestAReleaseOnANewIncarnationForgetsNoDurationOfTheDeletedOne(t *testing.T)
 	h.round(ctx) // h creates the first incarnation: epoch 1, 30 s
 	c.handle(watchMsg{started: true})
 	watched(t, c, store)
-	gone := mustLeaseGone(t, store, h)
-	if err := store.Delete(ctx, testLease); err != nil { // h is partitioned; its Lease is deleted
-		t.Fatal(err)
-	}
-	c.handle(watchMsg{ev: watch.Event{Type: watch.Deleted, Object: gone}})
-	b.round(ctx) // b never saw the Lease: it creates a new incarnation at once (never-seen)
+	deletedUnder(t, store, h, c) // h is partitioned; its Lease is deleted
+	b.round(ctx)                 // b never saw the Lease: it creates a new incarnation at once (never-seen)
 	watched(t, c, store)
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -67,6 +67,10 @@ test: controlplane helm lint ## Everything: unit, chart and end-to-end tests on 
 sim: ## The election's randomized fault simulation at a larger budget: SIM_SEEDS=16000, over 10^8 steps (make test runs 300)
 	EHDB_SIM_SEEDS=$${SIM_SEEDS:-16000} $(GO) test -count=1 -timeout 0 -v -run 'TestRandomizedSimulation$$' ./election/
 
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 30s) and report each one's executions per second
+	hack/fuzz.sh
+
 .PHONY: mutants
 mutants: ## Revert each of the election's safety rules in turn: the simulation must catch every one
 	$(GO) run ./hack/mutants

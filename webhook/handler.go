@@ -32,7 +32,9 @@ type Handler struct {
 	// Metrics may be nil.
 	Metrics *Metrics
 	// Log receives one line per decision; the zero Logger means the one in the request context
-	// (controller-runtime puts the request's identity there).
+	// (controller-runtime puts the request's identity there). logr.Discard() is that zero Logger
+	// too (its sink is nil), so it does not silence the handler: a logger whose sink drops
+	// every line does.
 	Log logr.Logger
 	// LookupTimeout bounds all lookups of one admission, so the guard answers before the API
 	// server's webhook timeout (the chart uses 5 s); 0 means 4 s. A request that says its own

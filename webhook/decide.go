@@ -74,7 +74,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		}
 		return d
 	}
-	scope := orderScopeOf(in, in.configMapsFor(f.configMapsFinal(), true), budget, p)
+	scope := orderScopeOf(in, cms, in.configMapsFor(f.configMapsFinal(), true), budget, p)
 	// Disarming order: an object that was armed must keep its election while it stays armed.
 	removal := ""
 	if oldArmed(in, in.configMapsFor(f.configMapsFinal(), true), budget) {
@@ -193,16 +193,25 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 				continue // already reported
 			}
 			if ev.shardProblem != "" {
-				if !scope.full {
-					continue // armed before with shards nobody could tell either: nothing new to name
-				}
+				// On every review the check covers, not only the transition: an update or a
+				// ConfigMap edit that leaves an armed object's shard unknowable (the host network,
+				// a key removed) runs pods on shards no order check covered, or none.
 				d.unmet(ReasonShardUnknown,
 					fmt.Sprintf("%s: cannot tell which shard Leases to check: %s.", armed[i].label(), ev.shardProblem),
 					fmt.Sprintf("set %s explicitly in %s, or run the writer as a StatefulSet.", election.EnvShard, armed[i].label()))
 				continue
 			}
+			if added := scope.added(ev.namespace.Text, ev.shards); len(added) > 0 && !p.leasesReadable(ev.namespace.Text) {
+				d.unmet(ReasonLeaseUnguarded,
+					fmt.Sprintf("%s: the election's Leases live in namespace %s, which this webhook is not guarding (its guarded namespaces: %s), so it can never verify them, and no lease guard protects them.", armed[i].label(), ev.namespace.Text, strings.Join(p.LeaseNamespaces, ", ")),
+					fmt.Sprintf("keep the Leases in a guarded namespace (unset %s), or add %s to the chart's webhook.guardedNamespaces.", election.EnvNamespace, ev.namespace.Text))
+				continue
+			}
 			d.checkLeases(f, ev.namespace.Text, scope.added(ev.namespace.Text, ev.shards))
 		}
+	}
+	if scope.beyondOwner != "" {
+		d.warn(truncate("order check applied although its controller was judged: "+scope.beyondOwner+".", 240))
 	}
 	if w.OwnerUnverified != "" {
 		// The guard could not look at the owner that may have been judged: not a finding.

@@ -28,8 +28,11 @@ const (
 	ReasonServiceAccountUnbound Reason = "service_account_unbound"
 	ReasonShardUnknown          Reason = "shard_unknown"
 	ReasonLeaseNotLive          Reason = "lease_not_live"
-	ReasonCouldNotVerify        Reason = "could_not_verify"
-	ReasonNoToken               Reason = "no_token"
+	// ReasonLeaseUnguarded: the election's Leases live in a namespace the webhook does not guard,
+	// so it can never read them (a definite refusal, not "could not verify", which a Pod passes).
+	ReasonLeaseUnguarded Reason = "lease_unguarded"
+	ReasonCouldNotVerify Reason = "could_not_verify"
+	ReasonNoToken        Reason = "no_token"
 	// ReasonOtherAPIServer: the container's election would dial another API server than the one
 	// whose Leases the guard checks (credentials.go).
 	ReasonOtherAPIServer Reason = "other_api_server"
@@ -48,7 +51,7 @@ var AllowReasons = []Reason{ReasonUnarmed, ReasonRequirementsMet, ReasonNoOpinio
 // DenialReasons lists every Reason a denial can carry (for pinning metrics).
 var DenialReasons = []Reason{
 	ReasonMalformed, ReasonElectionDisabled, ReasonElectionUnknowable, ReasonDefaultServiceAccount,
-	ReasonServiceAccountMissing, ReasonServiceAccountUnbound, ReasonShardUnknown, ReasonLeaseNotLive,
+	ReasonServiceAccountMissing, ReasonServiceAccountUnbound, ReasonShardUnknown, ReasonLeaseNotLive, ReasonLeaseUnguarded,
 	ReasonCouldNotVerify, ReasonNoToken, ReasonOtherAPIServer, ReasonTooComplex, ReasonInternalError,
 }
 

@@ -198,14 +198,24 @@ func (h *Handler) verifyOwner(w *Workload) {
 	}
 	var owner *Workload
 	found, known := false, false
-	if h.Owners != nil {
+	switch {
+	case !possibleName(w.ControllerRef.Name):
+		// No object of any judged kind can have this name ("x/y", ".."): it is not found, for
+		// certain. A lookup of it fails in the client instead, which would read as "could not
+		// fetch" and let a Pod fail open.
+		known = true
+	case h.Owners != nil:
 		owner, found, known = h.Owners.Owner(w.Namespace, *w.ControllerRef)
 	}
 	check := exemptionHolds
 	if w.Kind == gvkPod.Kind {
 		check = podExemptionHolds
 	}
-	if ok, why := check(w, owner, found, known); !ok {
+	ok, why := check(w, owner, found, known)
+	if ok && w.Kind == gvkPod.Kind {
+		w.ExemptBy = owner
+	}
+	if !ok {
 		w.Exempt = false
 		w.Controller += " (" + why + ")"
 		if w.Kind == gvkPod.Kind && !known {

@@ -47,7 +47,7 @@ func Needs(in Input, f *Facts, p Policy) Query {
 			}
 		}
 	}
-	scope := orderScopeOf(in, in.configMapsFor(f.configMaps(), true), budget, p)
+	scope := orderScopeOf(in, in.configMapsFor(f.configMaps(), false), in.configMapsFor(f.configMaps(), true), budget, p)
 	sa := ServiceAccountName(w.Pod.Spec)
 	if sa != "default" {
 		b.serviceAccount(sa)
@@ -84,7 +84,7 @@ func Needs(in Input, f *Facts, p Policy) Query {
 			}
 		}
 		b.access(AccessCheck{ServiceAccount: types.NamespacedName{Namespace: w.Namespace, Name: "default"}, Namespace: ns, Verb: "update"})
-		if shardsKnown {
+		if shardsKnown && p.leasesReadable(ns) {
 			for _, s := range scope.added(ns, ev.shards) {
 				b.lease(types.NamespacedName{Namespace: ns, Name: election.LeaseName(s)})
 			}

@@ -41,6 +41,9 @@ type Workload struct {
 	// would exempt it: the order check then runs, and a failure of it is "could not verify" (so
 	// the Pod fails open), since the guard could not look rather than found it unjudged.
 	OwnerUnverified string
+	// ExemptBy, set on an exempt Pod, is its controller as the webhook fetched it: the Pod is
+	// accounted for only on the shards that owner was judged for (transition.go).
+	ExemptBy *Workload
 	// Deleting is true once the object carries a deletionTimestamp.
 	Deleting bool
 	// Indexed is true for an Indexed Job (or a CronJob whose Jobs are): its controller gives each

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // exemptionHolds is the owner rule (issue 17, class 2): an object is exempt from the order check
@@ -27,8 +28,17 @@ func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 	if !sameTemplate(child.Pod, owner.Pod, ex.AddedLabels) {
 		return false, "its pod template is not this " + child.Kind + "'s, so it judged a different one"
 	}
+	if child.Indexed != owner.Indexed {
+		// The completion mode names the pods (an Indexed Job's hostnames carry the index), so
+		// the same template runs as other shards: the CronJob was judged for its Jobs' mode.
+		return false, "its Jobs' completion mode is not this " + child.Kind + "'s, so it judged pods named otherwise"
+	}
 	return true, ""
 }
+
+// possibleName reports whether an object of a kind whose template the guard judges can have
+// name: each of them is named by a DNS-1123 subdomain, which the API server checks on create.
+func possibleName(name string) bool { return len(validation.IsDNS1123Subdomain(name)) == 0 }
 
 // ownerUnverified says why ref's controller cannot exempt anything (no controller, one the webhook
 // could not fetch, or none found with the UID named), or "" when it was fetched and found.

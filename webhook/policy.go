@@ -1,5 +1,7 @@
 package webhook
 
+import "slices"
+
 // EnvFencing is the variable that arms the fence. The guard's whole business is its value.
 const EnvFencing = "NOETL_EHDB_FENCING"
 
@@ -23,6 +25,14 @@ type Policy struct {
 	// MaxShards and MaxConfigMaps bound one review's work; 0 means the defaults.
 	MaxShards     int
 	MaxConfigMaps int
+	// LeaseNamespaces are the namespaces whose Leases the webhook can read: its guarded
+	// namespaces (its RBAC and watches cover no others). Empty means every namespace.
+	LeaseNamespaces []string
+}
+
+// leasesReadable reports whether the webhook can read the Leases of namespace ns.
+func (p Policy) leasesReadable(ns string) bool {
+	return len(p.LeaseNamespaces) == 0 || slices.Contains(p.LeaseNamespaces, ns)
 }
 
 func (p Policy) maxShards() int {

@@ -206,7 +206,7 @@ func (c *RBACChange) view(f *Facts, after bool) RBACView {
 // lost reports whether the change takes away the access of check that the RBAC authorizer grants
 // now: granted before it, not after. An error means the guard could not tell.
 func (c *RBACChange) lost(f *Facts, check AccessCheck) (bool, error) {
-	if !c.isBinding() && !c.isRole() {
+	if !c.touches(check) {
 		return false, nil
 	}
 	before, err := c.view(f, false).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
@@ -221,6 +221,17 @@ func (c *RBACChange) lost(f *Facts, check AccessCheck) (bool, error) {
 		return false, err
 	}
 	return !after, nil
+}
+
+// touches reports whether the change can grant or take check's access at all: a Role or
+// RoleBinding grants only in its own namespace, so access elsewhere is out of its reach (and its
+// RBAC need not be read: a writer electing in a namespace the webhook cannot read does not make
+// an edit of its own namespace's Role "could not verify"). Cluster-scoped kinds reach everywhere.
+func (c *RBACChange) touches(check AccessCheck) bool {
+	if !c.isBinding() && !c.isRole() {
+		return false
+	}
+	return c.Namespace == "" || c.Namespace == check.Namespace
 }
 
 // apply returns the facts as the writer w will meet them after the change: access that the change
@@ -265,7 +276,7 @@ func (c *RBACChange) needs(f *Facts, b *queryBuilder) {
 		return
 	}
 	for check, a := range f.Access {
-		if a.Err != nil || !a.Allowed {
+		if a.Err != nil || !a.Allowed || !c.touches(check) {
 			continue
 		}
 		b.bindings("")

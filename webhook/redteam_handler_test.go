@@ -318,6 +318,13 @@ func TestHandlerVerifiesTheExemptingOwner(t *testing.T) {
 		{"a Job whose template differs from its CronJob's", owners, jobKind, cronJob(func(p *corev1.PodTemplateSpec) {
 			p.Spec.Containers[0].Image = "evil:latest"
 		}), false, orderChecked},
+		// The final red team: the CronJob's template, but Indexed, so each pod has another
+		// hostname than the CronJob's Jobs give theirs.
+		{"an Indexed Job under a CronJob whose Jobs are not Indexed", owners, jobKind, func() *batchv1.Job {
+			j := cronJob(nil)
+			j.Spec.CompletionMode, j.Spec.Completions = ptr.To(batchv1.IndexedCompletion), ptr.To[int32](3)
+			return j
+		}(), false, orderChecked},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

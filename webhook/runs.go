@@ -3,6 +3,8 @@ package webhook
 import (
 	"strconv"
 	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
 )
 
 // This file answers "what will the pod that runs look like?" where the kubelet or a controller
@@ -67,7 +69,8 @@ func podHostname(w *Workload, ordinal int64) (host, unknown string) {
 // instead: fieldRefValue.) Read from the controllers' source: pkg/controller/statefulset
 // (updateIdentity, controller-revision-hash), pkg/controller/deployment (pod-template-hash),
 // pkg/controller/daemon (controller-revision-hash, pod-template-generation) and pkg/controller/job
-// (the completion index annotation and label of Indexed Jobs).
+// (the completion index annotation and label of Indexed Jobs, and the failure counts of each index
+// that addIndexFailureCountAnnotation writes on every retried pod).
 func controllerSetKeys(w *Workload) map[string]bool {
 	keys := map[string]bool{}
 	label := func(k string) { keys["metadata.labels['"+k+"']"] = true }
@@ -84,6 +87,9 @@ func controllerSetKeys(w *Workload) map[string]bool {
 	if w.Indexed {
 		label(labelJobCompletionIndex)
 		annotation(labelJobCompletionIndex)
+		// With backoffLimitPerIndex, each retry of an index carries its count of failures.
+		annotation(batchv1.JobIndexFailureCountAnnotation)
+		annotation(batchv1.JobIndexIgnoredFailureCountAnnotation)
 	}
 	return keys
 }

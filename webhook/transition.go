@@ -1,6 +1,9 @@
 package webhook
 
 import (
+	"fmt"
+	"slices"
+
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
@@ -63,14 +66,21 @@ type shardKey struct {
 // meets the same check as arming by setting enforce.
 type orderScope struct {
 	applies bool
+	// beyondOwner, when set, is why an exempt Pod faces the check after all (beyondOwner).
+	beyondOwner string
 	full    bool              // a transition to armed: every shard, and an unknowable shard is refused
 	before  map[shardKey]bool // when !full: the shards the old object ran armed
 }
 
-func orderScopeOf(in Input, cms ConfigMapSource, budget *Budget, p Policy) orderScope {
+// cms is the state the object will run with, oldCMs the one its old object ran with.
+func orderScopeOf(in Input, cms, oldCMs ConfigMapSource, budget *Budget, p Policy) orderScope {
 	if !orderCheckApplies(in, p) {
+		if why := beyondOwner(in, cms, budget, p); why != "" {
+			return orderScope{applies: true, full: true, beyondOwner: why}
+		}
 		return orderScope{}
 	}
+	cms = oldCMs // from here on, only the old object is judged
 	if in.Operation != admissionv1.Update || in.Old == nil {
 		return orderScope{applies: true, full: true}
 	}
@@ -108,4 +118,44 @@ func (o orderScope) added(ns string, shards []uint32) []uint32 {
 		}
 	}
 	return out
+}
+
+// beyondOwner says why an exempt Pod's exemption does not cover what it will run ("" when it
+// does): its owner accounts for it only on the shards the owner was judged for (issue 17's final
+// red team). A Pod may name the real, armed StatefulSet with its env and still carry the hostname
+// of an ordinal the set does not have, or an annotation value its controller never wrote; the
+// Pod's own truth (runs.go) then names a shard no order check covered. So every armed container's
+// shards, judged on the Pod, must be among those its owner's container of that name runs, judged
+// on the owner; a Pod whose shards cannot be told is not accounted for either. cms is the state
+// the Pod and its owner will run with (after a ConfigMap change under review).
+func beyondOwner(in Input, cms ConfigMapSource, budget *Budget, p Policy) string {
+	w := in.Object
+	if !p.RequireLiveLease || w == nil || w.Kind != gvkPod.Kind || !w.Exempt || w.ExemptBy == nil || in.Subresource != "" {
+		return ""
+	}
+	owner := w.ExemptBy
+	ownerViews := view(owner, cms, budget)
+	for _, v := range view(w, cms, budget) {
+		if !v.armed {
+			continue
+		}
+		ev := judgeElection(w, v.env, p.maxShards())
+		if !ev.namespace.Known() || ev.shardProblem != "" || ev.tooMany > 0 {
+			return "the shard of its " + v.label() + " cannot be told, so no owner accounts for it"
+		}
+		i := slices.IndexFunc(ownerViews, func(o containerView) bool { return o.role == v.role && o.c.Name == v.c.Name })
+		if i < 0 || !ownerViews[i].armed {
+			return "its controller " + w.Controller + " runs no armed " + v.label()
+		}
+		oev := judgeElection(owner, ownerViews[i].env, p.maxShards())
+		if !oev.namespace.Known() || oev.shardProblem != "" || oev.tooMany > 0 {
+			return "its controller " + w.Controller + " runs " + v.label() + " on shards nobody can tell, so it was judged for none"
+		}
+		for _, s := range ev.shards {
+			if oev.namespace.Text != ev.namespace.Text || !slices.Contains(oev.shards, s) {
+				return fmt.Sprintf("its %s elects on shard %d in %s, which its controller %s does not run", v.label(), s, ev.namespace.Text, w.Controller)
+			}
+		}
+	}
+	return ""
 }

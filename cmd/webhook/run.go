@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -121,13 +122,15 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		// RoleBindings of the guarded namespaces may grant a ClusterRole to a guarded account.
 		ClusterRoleScopes: clusterRoleScopes,
 		Invalidate:        resolver.Forget,
-		Policy:            webhook.Policy{RequireLiveLease: o.requireLiveLease, MaxShards: o.maxShards},
-		Metrics:           metrics,
-		Log:               log.WithName("guard"),
-		Readers:           w.readers,
-		Owners:            w,
-		Workloads:         w,
-		MaxInFlight:       o.maxInFlight,
+		// Its RBAC and watches cover the guarded namespaces only: a Lease elsewhere is refused
+		// for what it is, never "could not verify" (which a Pod would pass).
+		Policy:      webhook.Policy{RequireLiveLease: o.requireLiveLease, MaxShards: o.maxShards, LeaseNamespaces: leaseNamespaces(o.guardedNamespaces)},
+		Metrics:     metrics,
+		Log:         log.WithName("guard"),
+		Readers:     w.readers,
+		Owners:      w,
+		Workloads:   w,
+		MaxInFlight: o.maxInFlight,
 	}
 	mux := http.NewServeMux()
 	mux.Handle(webhookPath, webhook.NewHTTPHandler(handler))
@@ -211,3 +214,12 @@ type configOverride struct {
 }
 
 func (m *configOverride) GetConfig() *rest.Config { return m.cfg }
+
+// leaseNamespaces is Policy.LeaseNamespaces for the guarded namespaces: none (every namespace)
+// for ["*"].
+func leaseNamespaces(guarded []string) []string {
+	if slices.Contains(guarded, "*") {
+		return nil
+	}
+	return guarded
+}

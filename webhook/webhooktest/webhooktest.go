@@ -142,6 +142,9 @@ type Resolver struct {
 	Roles               []rbacv1.Role
 	ClusterRoles        []rbacv1.ClusterRole
 	RBACErr             error
+	// BindingsErr fails the listing of the bindings of one scope (a namespace the webhook may not
+	// read, say).
+	BindingsErr map[string]error
 	// Unrecorded keeps Queries empty: a resolver that answers a fuzzer's millions of reviews must
 	// not hold every one of them.
 	Unrecorded bool
@@ -231,6 +234,8 @@ func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
 		switch {
 		case r.RBACErr != nil:
 			fact.Err = r.RBACErr
+		case r.BindingsErr[scope] != nil:
+			fact.Err = r.BindingsErr[scope]
 		case scope == "":
 			for i := range r.ClusterRoleBindings {
 				fact.Items = append(fact.Items, webhook.BindingOfClusterRoleBinding(&r.ClusterRoleBindings[i]))

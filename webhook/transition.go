@@ -68,8 +68,8 @@ type orderScope struct {
 	applies bool
 	// beyondOwner, when set, is why an exempt Pod faces the check after all (beyondOwner).
 	beyondOwner string
-	full    bool              // a transition to armed: every shard, and an unknowable shard is refused
-	before  map[shardKey]bool // when !full: the shards the old object ran armed
+	full        bool              // a transition to armed: every shard, and an unknowable shard is refused
+	before      map[shardKey]bool // when !full: the shards the old object ran armed
 }
 
 // cms is the state the object will run with, oldCMs the one its old object ran with.

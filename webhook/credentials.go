@@ -55,7 +55,7 @@ func (d *Decision) checkAPIServer(v *containerView) {
 			case strings.TrimSpace(val.Text) == "":
 				what = fmt.Sprintf("sets %s empty, so client-go finds no in-cluster configuration and the election declines", name)
 			default:
-				what = fmt.Sprintf("sets %s=%q, so its election dials that address, not the cluster's API server the kubelet names; the guard cannot tell it is the one whose Leases it checks", name, val.Text)
+				what = fmt.Sprintf("sets %s=%s, so its election dials that address, not the cluster's API server the kubelet names; the guard cannot tell it is the one whose Leases it checks", name, val.shown(-1))
 			}
 			d.unmet(ReasonOtherAPIServer, fmt.Sprintf("%s %s.", v.label(), what),
 				fmt.Sprintf("remove %s from the env and envFrom sources of %s: the kubelet sets it for the cluster's API server in every container.", name, v.label()))

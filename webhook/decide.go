@@ -94,8 +94,8 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		case !ev.enabled:
 			detail := election.EnvElection + " is not set (election is off by default)"
 			if ev.enabledSet {
-				detail = fmt.Sprintf("%s=%q does not enable it", election.EnvElection, ev.enabledText.Text)
-				if msg := problemsAbout(ev.problems, election.EnvElection); msg != "" {
+				detail = fmt.Sprintf("%s=%s does not enable it", election.EnvElection, ev.enabledText.shown(-1))
+				if msg := problemsAbout(ev.problems, election.EnvElection); msg != "" && !ev.enabledText.Read {
 					detail += " (" + msg + ")"
 				}
 			}

@@ -105,8 +105,8 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 			return ev
 		}
 		ev.shardCertain = true
-		ev.shardProblem = fmt.Sprintf("%s=%q gives the election no shard, so it would not run", name, v.Text)
-		if msg := problemsAbout(problems, name); msg != "" {
+		ev.shardProblem = fmt.Sprintf("%s=%s gives the election no shard, so it would not run", name, v.shown(-1))
+		if msg := problemsAbout(problems, name); msg != "" && !v.Read {
 			ev.shardProblem += " (" + msg + ")"
 		}
 		return ev
@@ -145,8 +145,8 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 		if !c.HasShard {
 			ev.shardCertain = true
 			if ok {
-				ev.shardProblem = fmt.Sprintf("in the pod of ordinal %d, %s=%q gives the election no shard, so it would not run", ordinal, name, v.At(ordinal))
-				if msg := problemsAbout(ps, name); msg != "" {
+				ev.shardProblem = fmt.Sprintf("in the pod of ordinal %d, %s=%s gives the election no shard, so it would not run", ordinal, name, v.shown(ordinal))
+				if msg := problemsAbout(ps, name); msg != "" && !v.Read {
 					ev.shardProblem += " (" + msg + ")"
 				}
 			} else {

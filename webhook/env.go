@@ -25,6 +25,19 @@ type Value struct {
 	Text       string
 	Unknown    *Unknown
 	PerOrdinal bool
+	// Read is true when Text holds content read from a ConfigMap. Messages never quote such a
+	// text (shown): a client that can reach the webhook could otherwise read any ConfigMap of a
+	// guarded namespace through a crafted review.
+	Read bool
+}
+
+// shown is v's text quoted for a message, or where it came from when it was read from a
+// ConfigMap (Value.Read).
+func (v Value) shown(ordinal int64) string {
+	if v.Read {
+		return "(a value read from a ConfigMap)"
+	}
+	return strconv.Quote(v.At(ordinal))
 }
 
 // ordinalMark stands for the ordinal in a PerOrdinal value's Text. It is a Unicode noncharacter;
@@ -284,7 +297,7 @@ func resolveEnv(c *corev1.Container, pod *PodContext, cms ConfigMapSource, budge
 					if !budget.spend(len(from.Prefix) + len(k)) {
 						break
 					}
-					e.vars[from.Prefix+k] = envEntry{v: Value{Text: v}, order: i}
+					e.vars[from.Prefix+k] = envEntry{v: Value{Text: v, Read: true}, order: i}
 				}
 			}
 		case from.SecretRef != nil:
@@ -364,7 +377,7 @@ func resolveValueFrom(ev *corev1.EnvVar, pod *PodContext, cms ConfigMapSource) (
 			return Value{}, false
 		}
 		if v, found := fact.Data[ref.Key]; found {
-			return Value{Text: v}, true
+			return Value{Text: v, Read: true}, true
 		}
 		return Value{}, false
 	case src.SecretKeyRef != nil:

@@ -18,7 +18,7 @@ import (
 func expand(input string, env *Env) Value {
 	var out strings.Builder
 	var unknown *Unknown
-	perOrdinal := false
+	perOrdinal, read := false, false
 	if !env.budget.spend(len(input)) {
 		return Value{Unknown: errBudget}
 	}
@@ -58,7 +58,7 @@ func expand(input string, env *Env) Value {
 				if !env.budget.spend(len(v.Text)) {
 					return Value{Unknown: errBudget}
 				}
-				perOrdinal = perOrdinal || v.PerOrdinal
+				perOrdinal, read = perOrdinal || v.PerOrdinal, read || v.Read
 				out.WriteString(v.Text)
 			default:
 				unknown = unknown.merge(v.Unknown)
@@ -73,7 +73,7 @@ func expand(input string, env *Env) Value {
 	if unknown != nil {
 		return Value{Unknown: unknown}
 	}
-	return Value{Text: out.String(), PerOrdinal: perOrdinal}
+	return Value{Text: out.String(), PerOrdinal: perOrdinal, Read: read}
 }
 
 func quote(s string) string { return strconv.Quote(s) }

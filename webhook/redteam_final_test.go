@@ -1,0 +1,215 @@
+package webhook_test
+
+import (
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
+)
+
+// The attacks of the fresh red team that attacked the finished guard on the local control plane
+// (issue 17's last round). Each was admitted there, with the controllers running, and each row
+// here failed on that code.
+
+// Ground truth on every review, not only on the transition: an update (or a ConfigMap edit) that
+// leaves an armed object's shard unknowable is refused as its creation would be. The guard used
+// to judge only the shards it could name on an armed→armed update, so moving an armed set onto
+// the host network, or removing the key its shard came from, was admitted and every pod it then
+// ran had a shard nobody checked (or none: its election declined).
+func TestAnArmedObjectKeepsAShardTheGuardCanTell(t *testing.T) {
+	fqdn := func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.SetHostnameAsFQDN = ptr.To(true) }
+	shardFrom := func(cm string) func(*appsv1.StatefulSet) { return envFrom(cmEnvFrom(cm, "NOETL_EHDB_")) }
+	// deploymentReader is an armed Deployment whose shard comes from ConfigMap flags (prefix
+	// NOETL_EHDB_, key ELECTION_SHARD), edited from before to after.
+	deploymentReader := func(before, after map[string]string) func(t testing.TB) webhook.Input {
+		return func(t testing.TB) webhook.Input {
+			w := workload(t, gvkDep, deployment(sts(append(compliant(), shardFrom("flags"))...)))
+			return webhook.Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: &webhook.ConfigMapChange{
+				Name: "flags", Old: webhook.ConfigMapFact{Data: before}, New: webhook.ConfigMapFact{Data: after}}}
+		}
+	}
+	rows := []row{
+		{name: "an armed StatefulSet moved onto the host network", old: nil, sts: []func(*appsv1.StatefulSet){hostNetwork},
+			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"host network"}, lookups: -1},
+		{name: "an armed StatefulSet given setHostnameAsFQDN", sts: []func(*appsv1.StatefulSet){fqdn},
+			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"setHostnameAsFQDN"}, lookups: -1},
+		{name: "an armed StatefulSet whose shard moves to a Secret", sts: []func(*appsv1.StatefulSet){envVar(secretKey("NOETL_EHDB_ELECTION_SHARD", "w", "shard"))},
+			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, lookups: -1},
+		{name: "an armed host-network StatefulSet scaled up", old: []func(*appsv1.StatefulSet){hostNetwork}, sts: []func(*appsv1.StatefulSet){hostNetwork, wt.Replicas(5)},
+			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, lookups: -1},
+		{name: "a ConfigMap edit removes an armed Deployment's shard", cluster: func(r *wt.Resolver) {
+			r.ConfigMaps = map[string]map[string]string{"flags": {}}
+		}, input: deploymentReader(map[string]string{"ELECTION_SHARD": "0"}, map[string]string{}),
+			unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"through ConfigMap noetl/flags"}, lookups: -1},
+		// What stays admitted: an edit that keeps the shard, and the way out (enforce → shadow).
+		{name: "a ConfigMap edit of an unrelated key of an armed Deployment's map", cluster: func(r *wt.Resolver) {
+			r.ConfigMaps = map[string]map[string]string{"flags": {"ELECTION_SHARD": "0", "LOG": "debug"}}
+		}, input: deploymentReader(map[string]string{"ELECTION_SHARD": "0", "LOG": "info"}, map[string]string{"ELECTION_SHARD": "0", "LOG": "debug"}),
+			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "an armed StatefulSet's image changed", old: nil, sts: []func(*appsv1.StatefulSet){container(func(c *corev1.Container) { c.Image = "writer:2" })},
+			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "an armed host-network StatefulSet set to shadow", old: []func(*appsv1.StatefulSet){hostNetwork},
+			sts: []func(*appsv1.StatefulSet){hostNetwork, wt.SetEnv("NOETL_EHDB_FENCING", "shadow")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+	}
+	for _, rw := range rows {
+		if rw.input == nil && rw.old == nil {
+			rw.old = []func(*appsv1.StatefulSet){} // an UPDATE from the compliant writer
+		}
+		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+}
+
+// A Pod's owner accounts for it only on the shards the owner was judged for. The guard used to
+// compare only the armed containers' env, so a Pod naming the real, armed StatefulSet (its true
+// UID) with the hostname of an ordinal the set does not have, or the Pod of an Indexed Job whose
+// shard came from an annotation the Job controller rewrites on each retry, skipped the order
+// check on a shard with no Lease. And an owner name no object can have ("x/y") made the lookup
+// fail, so the Pod failed open as "could not verify".
+func TestAPodsOwnerAccountsOnlyForItsShards(t *testing.T) {
+	armed := sts(compliant()...)
+	armed.UID = "sts-uid"
+	const failures = "batch.kubernetes.io/job-index-failure-count"
+	retried := func(s *appsv1.StatefulSet) {
+		s.Spec.Template.Annotations = map[string]string{failures: "0"}
+		fieldEnv("NOETL_EHDB_ELECTION_SHARD", "metadata.annotations['"+failures+"']")(s)
+	}
+	idx := indexedJob(sts(append(compliant(), retried)...))
+	idx.Name, idx.UID = "idx", "job-uid"
+	owners := fakeOwners{owners: map[string]runtime.Object{"StatefulSet/" + ns + "/" + armed.Name: armed, "Job/" + ns + "/idx": idx}}
+	podOf := func(name string, edit func(*corev1.Pod)) *corev1.Pod {
+		p := pod(sts(compliant()...), name)
+		p.OwnerReferences[0].UID = "sts-uid"
+		if edit != nil {
+			edit(p)
+		}
+		return p
+	}
+	jobPod := func(attempts string) *corev1.Pod {
+		p := pod(sts(append(compliant(), retried)...), "idx-0-abcde")
+		p.OwnerReferences[0].APIVersion, p.OwnerReferences[0].Kind, p.OwnerReferences[0].Name, p.OwnerReferences[0].UID = "batch/v1", "Job", "idx", "job-uid"
+		p.Annotations = map[string]string{failures: attempts, "batch.kubernetes.io/job-completion-index": "0"}
+		c := &p.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: "JOB_COMPLETION_INDEX", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1",
+			FieldPath: "metadata.labels['batch.kubernetes.io/job-completion-index']"}}})
+		return p
+	}
+	cases := []struct {
+		name     string
+		owners   webhook.Owners
+		obj      *corev1.Pod
+		noLeases bool
+		allowed  bool
+		msg      string
+	}{
+		{"the Pod of ordinal 0 of the armed StatefulSet is exempt (a crashed writer's replacement)", owners, podOf(armed.Name+"-0", nil), true, true, ""},
+		{"a Pod of the real StatefulSet named for an ordinal it does not have", owners, podOf(armed.Name+"-9", nil), false, false,
+			"Lease noetl/ehdb-shard-00000009 (shard 9) does not exist"},
+		{"a Pod of the real StatefulSet whose spec.hostname names another ordinal", owners, podOf(armed.Name+"-0", func(p *corev1.Pod) { p.Spec.Hostname = armed.Name + "-7" }), false, false,
+			"Lease noetl/ehdb-shard-00000007 (shard 7) does not exist"},
+		{"an Indexed Job's retried Pod, its shard from the failure count the controller rewrote", owners, jobPod("2"), false, false,
+			"Lease noetl/ehdb-shard-00000002 (shard 2) does not exist"},
+		{"a Pod whose controller's name no object can have", fakeOwners{unknown: true}, podOf(armed.Name+"-0", func(p *corev1.Pod) { p.OwnerReferences[0].Name = "x/y" }), true, false,
+			"Lease noetl/ehdb-shard-00000000 (shard 0) does not exist"},
+		{"a Pod whose controller's name is '..'", fakeOwners{unknown: true}, podOf(armed.Name+"-0", func(p *corev1.Pod) { p.OwnerReferences[0].Name = ".." }), true, false,
+			"Lease noetl/ehdb-shard-00000000 (shard 0) does not exist"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := goodCluster()
+			if tc.noLeases {
+				clear(cluster.Leases)
+			}
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: tc.owners}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, saAdmitted(tc.obj), nil))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Fatalf("want %q in the refusal: %s", tc.msg, raw)
+			}
+		})
+	}
+
+	// The Job itself: a shard from an annotation its controller rewrites is unknowable.
+	runRow(t, row{name: "an Indexed Job taking its shard from the failure-count annotation", input: func(t testing.TB) webhook.Input {
+		return webhook.Input{Operation: admissionv1.Create, Object: workload(t, batchv1.SchemeGroupVersion.WithKind("Job"), indexedJob(sts(append(compliant(), retried)...)))}
+	}, unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{failures}, lookups: -1})
+}
+
+// Leases outside the guarded namespaces: the webhook can never read them (its RBAC and watches
+// cover the guarded namespaces only), so an armed object that elects there is refused for what it
+// is, not "could not verify" — which a Pod would pass (Pods fail open). And an RBAC change in one
+// namespace is judged only for the access it can take: a Role or RoleBinding grants nothing
+// outside its own namespace, so a writer electing elsewhere no longer blocks an additive edit of
+// the Role in its own namespace as "could not read every binding" there.
+func TestLeasesOutsideTheGuardedNamespaces(t *testing.T) {
+	elsewhere := wt.SetEnv("NOETL_EHDB_ELECTION_NAMESPACE", "default")
+	grantElsewhere := func(r *wt.Resolver) {
+		r.Grant(ns, wt.WriterSA, "default", "get", "list", "watch", "create", "update")
+		r.Leases[lease("default", 0)] = wt.LiveLease("default", 0, now, 1).Spec
+	}
+	guarded := &webhook.Policy{RequireLiveLease: true, LeaseNamespaces: []string{ns}}
+	for _, rw := range []row{
+		{name: "a bare armed Pod electing in an unguarded namespace", policy: guarded, cluster: grantElsewhere, input: func(t testing.TB) webhook.Input {
+			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkPod, barePod(sts(append(compliant(), elsewhere)...), wt.WriterName+"-0"))}
+		}, unmet: []webhook.Reason{webhook.ReasonLeaseUnguarded}, msg: []string{"namespace default", "not guarding"}, lookups: -1},
+		{name: "an armed StatefulSet electing in an unguarded namespace", policy: guarded, cluster: grantElsewhere, sts: []func(*appsv1.StatefulSet){elsewhere},
+			unmet: []webhook.Reason{webhook.ReasonLeaseUnguarded}, lookups: -1},
+		{name: "every namespace guarded (no list): judged on its Lease", policy: &webhook.Policy{RequireLiveLease: true}, cluster: grantElsewhere, sts: []func(*appsv1.StatefulSet){elsewhere},
+			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+	} {
+		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+
+	t.Run("an additive Role edit with a writer electing elsewhere", func(t *testing.T) {
+		cluster := rbacCluster()
+		grantElsewhere(cluster)
+		cluster.BindingsErr = map[string]error{"default": errors.New(`rolebindings.rbac.authorization.k8s.io is forbidden: cannot list resource "rolebindings" in the namespace "default"`)}
+		writer := sts(append(compliant(), elsewhere)...)
+		h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, writer), Clock: clocktesting.NewFakePassiveClock(now)}
+		srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+		t.Cleanup(srv.Close)
+		added := mkRole(chartRole, leaseRule, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}})
+		_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, admissionv1.Update, roleKind, chartRole, added, mkRole(chartRole, leaseRule)))
+		if out.Response == nil || !out.Response.Allowed {
+			t.Fatalf("an additive edit of the Role in %s, refused for a writer electing in default: %s", ns, raw)
+		}
+	})
+}
+
+// A review is answered to whoever sends it (without --client-ca-file the webhook cannot tell the
+// API server from any client that reaches its port), so no message quotes a value the guard read
+// from a ConfigMap: a crafted review that reads a key of any ConfigMap of a guarded namespace
+// into the election's variables returned it in the refusal.
+func TestRefusalsDoNotQuoteConfigMapValues(t *testing.T) {
+	const secretish = "s3cr3t-database-password"
+	cluster := goodCluster()
+	cluster.ConfigMaps = map[string]map[string]string{"app-settings": {"DB_PASSWORD": secretish}}
+	for _, variable := range []string{"NOETL_EHDB_ELECTION", "NOETL_EHDB_ELECTION_SHARD", "KUBERNETES_SERVICE_HOST"} {
+		t.Run(variable, func(t *testing.T) {
+			w := workload(t, gvkSTS, sts(append(compliant(), envVar(cmKey(variable, "app-settings", "DB_PASSWORD", false)))...))
+			d, _ := webhook.Evaluate(t.Context(), cluster, webhook.Input{Operation: admissionv1.Create, Object: w}, webhook.Policy{RequireLiveLease: true}, now)
+			if d.Allowed {
+				t.Fatalf("admitted: %s", d.Message())
+			}
+			if all := d.Message() + strings.Join(d.Warnings, "\n"); strings.Contains(all, secretish) {
+				t.Fatalf("the refusal quotes the ConfigMap's value:\n%s", all)
+			}
+		})
+	}
+}

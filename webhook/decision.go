@@ -37,6 +37,8 @@ const (
 	// whose Leases the guard checks (credentials.go).
 	ReasonOtherAPIServer Reason = "other_api_server"
 	ReasonTooComplex     Reason = "too_complex"
+	// ReasonGuardAccess refuses an RBAC change that takes the webhook's own access (rbacself.go).
+	ReasonGuardAccess Reason = "guard_access"
 	// ReasonInternalError is a recovered panic (a bug in the guard).
 	ReasonInternalError Reason = "internal_error"
 	// ReasonUnverifiedPod allows a Pod the guard could not verify because its own lookups
@@ -52,7 +54,7 @@ var AllowReasons = []Reason{ReasonUnarmed, ReasonRequirementsMet, ReasonNoOpinio
 var DenialReasons = []Reason{
 	ReasonMalformed, ReasonElectionDisabled, ReasonElectionUnknowable, ReasonDefaultServiceAccount,
 	ReasonServiceAccountMissing, ReasonServiceAccountUnbound, ReasonShardUnknown, ReasonLeaseNotLive, ReasonLeaseUnguarded,
-	ReasonCouldNotVerify, ReasonNoToken, ReasonOtherAPIServer, ReasonTooComplex, ReasonInternalError,
+	ReasonCouldNotVerify, ReasonNoToken, ReasonOtherAPIServer, ReasonTooComplex, ReasonInternalError, ReasonGuardAccess,
 }
 
 // Unmet is one requirement the object does not meet, and how to meet it.

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -58,6 +59,9 @@ type Handler struct {
 	// Invalidate, when set, is called once an RBAC or ServiceAccount change is admitted, so the
 	// resolver's positive cache forgets answers the change may have made stale.
 	Invalidate func()
+	// Self is the webhook's own ServiceAccount: an RBAC change that takes its access away is
+	// refused while it serves (rbacself.go). Empty: not protected.
+	Self types.NamespacedName
 	// MaxInFlight bounds the reviews one process works on at once (NewHTTPHandler); a review
 	// that finds no slot before its deadline gets HTTP 429, which the API server treats as a
 	// webhook failure (workloads fail closed, Pods fail open). 0 means DefaultMaxInFlight.

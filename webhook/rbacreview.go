@@ -52,6 +52,9 @@ func (h *Handler) handleRBAC(ctx context.Context, req admission.Request, log log
 	if err != nil {
 		return deny(ReasonCouldNotVerify, fmt.Sprintf("ehdb-election guard: could not verify %s: %v", change, err))
 	}
+	if what := change.takesFromSelf(h.Self, accounts); what != "" {
+		return deny(ReasonGuardAccess, selfMessage(change, h.Self, what))
+	}
 	var users []*Workload
 	for _, sel := range accounts {
 		got, err := h.Accounts.UsersOf(sel)

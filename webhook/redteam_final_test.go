@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"errors"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -209,6 +210,59 @@ func TestRefusalsDoNotQuoteConfigMapValues(t *testing.T) {
 			}
 			if all := d.Message() + strings.Join(d.Warnings, "\n"); strings.Contains(all, secretish) {
 				t.Fatalf("the refusal quotes the ConfigMap's value:\n%s", all)
+			}
+		})
+	}
+}
+
+// The guard's own access is not taken while it serves: deleting the webhook's RoleBinding (an
+// admin of a guarded namespace may) turned every armed bare Pod into "could not verify", admitted
+// since Pods fail open. The chart's uninstall is not held: it removes the webhook first.
+func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
+	self := saSubject("ehdb-election-webhook")
+	guardRule := rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}}
+	guardRole := mkRole("ehdb-election-webhook-guard", guardRule, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}})
+	guardRB := roleBinding("ehdb-election-webhook-guard", "Role", "ehdb-election-webhook-guard", self)
+	crb := &rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ehdb-election-webhook"}, Subjects: []rbacv1.Subject{self}}
+	webhookSA := &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook", Namespace: ns}}
+	cases := []struct {
+		name     string
+		self     bool
+		op       admissionv1.Operation
+		kind     metav1.GroupVersionKind
+		objName  string
+		obj, old runtime.Object
+		allowed  bool
+	}{
+		{"its RoleBinding deleted", true, admissionv1.Delete, rbKind, guardRB.Name, nil, guardRB, false},
+		{"its ServiceAccount removed from its RoleBinding", true, admissionv1.Update, rbKind, guardRB.Name, roleBinding(guardRB.Name, "Role", guardRole.Name, saSubject("someone")), guardRB, false},
+		{"its ClusterRoleBinding deleted", true, admissionv1.Delete, crbKind, crb.Name, nil, crb, false},
+		{"its ServiceAccount deleted", true, admissionv1.Delete, saGVK, webhookSA.Name, nil, webhookSA, false},
+		{"its Role deleted", true, admissionv1.Delete, roleKind, guardRole.Name, nil, guardRole, false},
+		{"its Role narrowed", true, admissionv1.Update, roleKind, guardRole.Name, mkRole(guardRole.Name, guardRule), guardRole, false},
+		{"its Role given one more rule", true, admissionv1.Update, roleKind, guardRole.Name,
+			mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})...), guardRole, true},
+		{"a subject added to its RoleBinding", true, admissionv1.Update, rbKind, guardRB.Name, roleBinding(guardRB.Name, "Role", guardRole.Name, self, saSubject("more")), guardRB, true},
+		{"without its own account configured, not protected", false, admissionv1.Delete, rbKind, guardRB.Name, nil, guardRB, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := rbacCluster()
+			cluster.Roles = append(cluster.Roles, *guardRole)
+			cluster.RoleBindings = append(cluster.RoleBindings, *guardRB)
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, sts(compliant()...)), Clock: clocktesting.NewFakePassiveClock(now)}
+			if tc.self {
+				h.Self.Namespace, h.Self.Name = ns, self.Name
+			}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, tc.kind, tc.objName, tc.obj, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, "the webhook's own ServiceAccount") {
+				t.Fatalf("the refusal does not say it is the guard's own access: %s", raw)
 			}
 		})
 	}

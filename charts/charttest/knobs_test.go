@@ -44,7 +44,7 @@ func TestWebhookKnobs(t *testing.T) {
 	mounts := []any{map[string]any{"name": "tmp", "mountPath": "/tmp"}}
 	d = deployment(wh(map[string]any{"extraEnv": env, "extraVolumes": vols, "extraVolumeMounts": mounts}))
 	c := d.Spec.Template.Spec.Containers[0]
-	if len(c.Env) != 3 || c.Env[0].Name != "POD_NAMESPACE" || c.Env[1].Name != "GODEBUG" || c.Env[2].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+	if len(c.Env) != 4 || c.Env[0].Name != "POD_NAMESPACE" || c.Env[1].Name != "POD_SERVICE_ACCOUNT" || c.Env[2].Name != "GODEBUG" || c.Env[3].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 		t.Errorf("extraEnv: %+v", c.Env)
 	}
 	if v := d.Spec.Template.Spec.Volumes; len(v) != 2 || v[0].Name != "certs" || v[1].EmptyDir == nil || v[1].EmptyDir.Medium != corev1.StorageMediumMemory {

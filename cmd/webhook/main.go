@@ -33,6 +33,7 @@ import (
 type options struct {
 	kubeconfig        string
 	namespace         string
+	serviceAccount    string
 	webhookPort       int
 	webhookHost       string
 	certDir           string
@@ -64,6 +65,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "path to a kubeconfig; in-cluster configuration when empty")
 	fs.StringVar(&o.namespace, "namespace", getenv("POD_NAMESPACE"), "the webhook's own namespace, where its TLS Secret lives (default: $POD_NAMESPACE)")
+	fs.StringVar(&o.serviceAccount, "service-account", getenv("POD_SERVICE_ACCOUNT"), "the webhook's own ServiceAccount in --namespace: RBAC changes that take its access away are refused while it serves (default: $POD_SERVICE_ACCOUNT; empty: not protected)")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission endpoint ("+webhookPath+")")
 	fs.StringVar(&o.webhookHost, "webhook-host", "", "address to bind the admission endpoint to; empty means all")
 	fs.StringVar(&o.certDir, "cert-dir", "/certs", "directory holding tls.crt and tls.key (reloaded when they change)")

@@ -122,6 +122,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		// RoleBindings of the guarded namespaces may grant a ClusterRole to a guarded account.
 		ClusterRoleScopes: clusterRoleScopes,
 		Invalidate:        resolver.Forget,
+		Self:              types.NamespacedName{Namespace: o.namespace, Name: o.serviceAccount},
 		// Its RBAC and watches cover the guarded namespaces only: a Lease elsewhere is refused
 		// for what it is, never "could not verify" (which a Pod would pass).
 		Policy:      webhook.Policy{RequireLiveLease: o.requireLiveLease, MaxShards: o.maxShards, LeaseNamespaces: leaseNamespaces(o.guardedNamespaces)},

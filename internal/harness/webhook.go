@@ -79,6 +79,7 @@ func StartWebhook(ctx context.Context, c *testcluster.Cluster, bin, ns, rel, dir
 	w.cmd = exec.Command(bin, append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--namespace=" + ns,
+		"--service-account=" + sa, // as the chart's Deployment: its own access is protected
 		"--webhook-host=127.0.0.1",
 		fmt.Sprintf("--webhook-port=%d", ports[0]),
 		"--cert-dir=" + certDir,

@@ -49,6 +49,7 @@ type options struct {
 	logLevel          string
 	guardedNamespaces []string
 	maxInFlight       int
+	maxConnections    int
 	maxShards         int
 	clientCAFile      string
 	clientNames       []string
@@ -80,6 +81,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.cacheAllowedTTL, "cache-allowed-ttl", 10*time.Second, "keep positive answers (a ServiceAccount that exists, an access review that allowed) this long; refusals, Leases and ConfigMaps are never cached; 0 disables")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	guarded := fs.String("guarded-namespaces", "", "comma-separated namespaces the guard sees (its webhook configuration's namespaceSelector): its Lease and workload watches and reads are scoped to them; \"*\" means every namespace (and needs cluster-wide RBAC); default: --namespace")
+	fs.IntVar(&o.maxConnections, "max-connections", defaultMaxConnections, "connections open at once; more wait in the kernel's backlog until one closes (each costs about 50 KiB whatever its client sends)")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 32, "reviews one process works on at once; more wait for a slot until their deadline, then get HTTP 429 (the API server applies the failure policy)")
 	fs.IntVar(&o.maxShards, "max-shards", 128, "most shards one object may make the guard judge (a StatefulSet whose pods take the shard from the ordinal has one per replica); above it an armed object is refused")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM CA bundle: require every client to present a certificate it signed (the API server does when its admission configuration's kubeConfigFile has a user for this Service); empty: any client may connect")
@@ -115,8 +117,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		}
 		o.guardedNamespaces = []string{o.namespace}
 	}
-	if o.maxInFlight < 1 || o.maxShards < 1 {
-		return o, fmt.Errorf("--max-in-flight=%d and --max-shards=%d must be at least 1", o.maxInFlight, o.maxShards)
+	if o.maxInFlight < 1 || o.maxShards < 1 || o.maxConnections < 1 {
+		return o, fmt.Errorf("--max-in-flight=%d, --max-shards=%d and --max-connections=%d must each be at least 1", o.maxInFlight, o.maxShards, o.maxConnections)
 	}
 	if o.certRotation {
 		var missing []string

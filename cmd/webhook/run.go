@@ -136,7 +136,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	mux := http.NewServeMux()
 	mux.Handle(webhookPath, webhook.NewHTTPHandler(handler))
 	server := &admissionServer{
-		host: o.webhookHost, port: o.webhookPort, handler: mux, shutdownTimeout: timeout, log: log.WithName("server"),
+		host: o.webhookHost, port: o.webhookPort, handler: mux, shutdownTimeout: timeout, maxConnections: o.maxConnections, log: log.WithName("server"),
 		tlsConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: certs.GetCertificate,

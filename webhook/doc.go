@@ -48,8 +48,11 @@
 //     labels are computed per ordinal; a label or annotation a controller sets over the template
 //     (an Indexed Job's completion index, pod-template-hash, controller-revision-hash) and the
 //     hostname of controller-named pods are unknowable; an Indexed Job's containers get the
-//     JOB_COMPLETION_INDEX variable its controller adds. Where a Pod carries its own truth (name,
-//     spec.hostname, annotations) the Pod's review uses it.
+//     JOB_COMPLETION_INDEX variable its controller adds (and, with backoffLimitPerIndex, failure
+//     counts it rewrites on each retry). Where a Pod carries its own truth (name, spec.hostname,
+//     annotations) the Pod's review uses it. An unknowable shard is refused on every review the
+//     order check covers, not only on the transition: an update or a ConfigMap edit that leaves
+//     an armed object's shard unknowable (the host network, a key removed) is refused.
 //   - What the election talks to (credentials.go). client-go's rest.InClusterConfig dials
 //     KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT and reads the fixed files
 //     /var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt} (the election, with no namespace
@@ -89,8 +92,12 @@
 //     the Pod that can set the fencing variable is the template's container of that name with the
 //     same env and envFrom (the JOB_COMPLETION_INDEX an Indexed Job adds aside); sidecars that
 //     cannot arm and the per-pod fields controllers and the ServiceAccount plugin set do not
-//     count. An owner the webhook cannot fetch leaves the order check on, and its failure is
-//     "could not verify": the Pod fails open, so a guard outage never stops a writer's Pod.
+//     count. Even so it accounts for the Pod only on the shards it runs (beyondOwner): every armed
+//     container's shard, judged on the Pod, must be one its owner's container elects on, judged on
+//     the owner. A Job is exempt under its CronJob only in the CronJob's completion mode. An owner
+//     name no object can have is not found, for certain (its lookup would fail in the client). An
+//     owner the webhook cannot fetch leaves the order check on, and its failure is "could not
+//     verify": the Pod fails open, so a guard outage never stops a writer's Pod.
 //   - Wrong refusals (5). A ConfigMap, or a key, that does not exist arms nothing now: no container
 //     that needs it starts until it exists, and the create or update that brings it is a reviewed
 //     ConfigMap change judged for every reader. A workload applied before its ConfigMap is admitted.
@@ -102,7 +109,9 @@
 //     no one" or "owner trusted": ScopedReaders refuses a ConfigMap outside the watched namespaces,
 //     an owner or a scaled StatefulSet the watches do not hold is unknown, and cmd/webhook compares
 //     its configuration's namespaceSelector with --guarded-namespaces at start-up (a log line) and
-//     in readiness (not ready on a mismatch).
+//     in readiness (not ready on a mismatch). Leases outside the guarded namespaces
+//     (Policy.LeaseNamespaces) are refused for what they are (lease_unguarded): the webhook can
+//     never read them, and "could not verify" would let a Pod through.
 //   - Disarming (6). An UPDATE or DELETE of a Role, RoleBinding, ClusterRole, ClusterRoleBinding or
 //     ServiceAccount is refused when it turns an armed object that meets every requirement into one
 //     that does not (rbacdecide.go): the webhook finds the accounts the change can touch (the removed
@@ -115,7 +124,10 @@
 //     admitted (a redundant binding, a shadow writer, a role without lease verbs) whoever created it,
 //     and the refusal gives the removal order. Bindings and roles are read fresh, never from a
 //     cache; cached "allowed" answers are dropped on any RBAC or ServiceAccount change the watches
-//     see (ForgetOnChange). Out of reach: a grant by another authorizer (only the RBAC grant is
+//     see (ForgetOnChange). A Role or RoleBinding can take access only in its own namespace, so
+//     only that access is judged. The guard's own access is kept (rbacself.go): while it serves, a
+//     change that unbinds its ServiceAccount, deletes or narrows a role bound to it, or deletes the
+//     account is refused (guard_access). Out of reach: a grant by another authorizer (only the RBAC grant is
 //     judged), two removals of redundant grants judged at the same instant, RBAC outside the guarded
 //     namespaces, a ClusterRole(Binding) edit while the webhook is down (its entry fails open), and
 //     `helm uninstall` of the webhook's own release (its pre-delete hook removes the webhook first).
@@ -131,7 +143,9 @@
 // up on a client sending slower than 32 KiB/s and bounds the reviews judged at once, a review
 // reads only the ConfigMap keys its containers can make matter within a per-review and
 // per-process byte budget, the request's deadline is honoured, and a panic is recovered into an
-// answer. An owner exempts an object from the order check only along the chains whose template
+// answer; cmd/webhook caps the connections open at once. No message quotes a value the guard
+// read from a ConfigMap (Value.Read): without client certificates a review is answered to
+// whoever sends it. An owner exempts an object from the order check only along the chains whose template
 // the guard judged (PodSource.ExemptBy), and only if it exists (Owners). A ConfigMap whose content
 // may arm a reader is judged as each reader (ConfigMapReaders, from a watch) would be armed by it.
 //

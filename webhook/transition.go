@@ -68,7 +68,7 @@ type orderScope struct {
 	applies bool
 	// beyondOwner, when set, is why an exempt Pod faces the check after all (beyondOwner).
 	beyondOwner string
-	full        bool              // a transition to armed: every shard, and an unknowable shard is refused
+	full        bool              // a transition to armed: every shard
 	before      map[shardKey]bool // when !full: the shards the old object ran armed
 }
 

@@ -145,9 +145,10 @@
 // per-process byte budget, the request's deadline is honoured, and a panic is recovered into an
 // answer; cmd/webhook caps the connections open at once. No message quotes a value the guard
 // read from a ConfigMap (Value.Read): without client certificates a review is answered to
-// whoever sends it. An owner exempts an object from the order check only along the chains whose template
-// the guard judged (PodSource.ExemptBy), and only if it exists (Owners). A ConfigMap whose content
-// may arm a reader is judged as each reader (ConfigMapReaders, from a watch) would be armed by it.
+// whoever sends it. An owner exempts an object from the order check only along the chains whose
+// template the guard judged (PodSource.ExemptBy), and only if it exists (Owners). A ConfigMap
+// whose content may arm a reader is judged as each reader (ConfigMapReaders, from a watch) would
+// be armed by it.
 //
 // "Armed" needs the container's effective environment, which ResolveEnv builds exactly as the
 // kubelet does. A value the guard cannot know (a Secret, a missing ConfigMap, a field decided at

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -13,9 +12,40 @@ import (
 // Without it the guard cannot read ServiceAccounts, ConfigMaps or Leases, so every armed Pod is
 // "could not verify" and fails open (the final red team deleted the webhook's RoleBinding and
 // every armed bare Pod was admitted). So while the webhook serves, a change that removes its own
-// ServiceAccount from a binding, deletes or narrows a role bound to it that the webhook is sent,
-// or deletes that ServiceAccount (or turns its token off) is refused. `helm uninstall` of the
-// webhook's release is not held: its pre-delete hook removes the webhook configuration first.
+// ServiceAccount from a binding, deletes that ServiceAccount (or turns its token off), or takes
+// from a role bound to it one of the reads it verifies writers with (selfNeeds) is refused. Other
+// rules of its roles may change: a rollback to an older chart narrows them, and that chart's
+// webhook replaces this one. `helm uninstall` of the webhook's release is not held: its
+// pre-delete hook removes the webhook configuration first.
+
+// selfNeeds are the reads without which the guard verifies no writer at all; every chart version
+// grants them.
+var selfNeeds = []struct{ group, resource, verb string }{
+	{"", "serviceaccounts", "get"},
+	{"", "configmaps", "get"},
+	{"coordination.k8s.io", "leases", "get"},
+	{"coordination.k8s.io", "leases", "list"},
+	{"coordination.k8s.io", "leases", "watch"},
+	{"authorization.k8s.io", "subjectaccessreviews", "create"},
+}
+
+// grantsAll reports whether rules grant verb on every resource of its kind (no resourceNames).
+func grantsAll(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	has := func(list []string, v string) bool { return slices.Contains(list, v) || slices.Contains(list, "*") }
+	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
+		return len(r.ResourceNames) == 0 && has(r.APIGroups, group) && has(r.Resources, resource) && has(r.Verbs, verb)
+	})
+}
+
+// takesNeeds reports whether going from old to now (nil: deleted) loses one of selfNeeds.
+func takesNeeds(old, now []rbacv1.PolicyRule, deleted bool) bool {
+	for _, n := range selfNeeds {
+		if grantsAll(old, n.group, n.resource, n.verb) && (deleted || !grantsAll(now, n.group, n.resource, n.verb)) {
+			return true
+		}
+	}
+	return false
+}
 
 // takesFromSelf says what the change takes from the webhook's own account self ("" for
 // nothing). accounts are the accounts the change can touch (RBACChange.Affected).
@@ -40,22 +70,11 @@ func (c *RBACChange) takesFromSelf(self types.NamespacedName, accounts []Account
 			return "it unbinds the webhook's own ServiceAccount"
 		}
 	case c.isRole():
-		if slices.ContainsFunc(accounts, is) && (c.Deleted || !rulesCover(c.NewRules, c.OldRules)) {
-			return "it takes rules from a role bound to the webhook's own ServiceAccount"
+		if slices.ContainsFunc(accounts, is) && takesNeeds(c.OldRules, c.NewRules, c.Deleted) {
+			return "it takes reads the guard verifies writers with from a role bound to the webhook's own ServiceAccount"
 		}
 	}
 	return ""
-}
-
-// rulesCover reports whether every rule of old is, unchanged, a rule of now (an edit that only
-// adds rules takes nothing away).
-func rulesCover(now, old []rbacv1.PolicyRule) bool {
-	for _, o := range old {
-		if !slices.ContainsFunc(now, func(n rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(n, o) }) {
-			return false
-		}
-	}
-	return true
 }
 
 // selfMessage is the refusal of a change that takes the guard's own access.

@@ -241,6 +241,8 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 		{"its ServiceAccount deleted", true, admissionv1.Delete, saGVK, webhookSA.Name, nil, webhookSA, false},
 		{"its Role deleted", true, admissionv1.Delete, roleKind, guardRole.Name, nil, guardRole, false},
 		{"its Role narrowed", true, admissionv1.Update, roleKind, guardRole.Name, mkRole(guardRole.Name, guardRule), guardRole, false},
+		{"its Role loses a rule it verifies no writer with (a rollback to an older chart)", true, admissionv1.Update, roleKind, guardRole.Name,
+			guardRole, mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})...), true},
 		{"its Role given one more rule", true, admissionv1.Update, roleKind, guardRole.Name,
 			mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})...), guardRole, true},
 		{"a subject added to its RoleBinding", true, admissionv1.Update, rbKind, guardRB.Name, roleBinding(guardRB.Name, "Role", guardRole.Name, self, saSubject("more")), guardRB, true},

@@ -126,8 +126,8 @@
 //     cache; cached "allowed" answers are dropped on any RBAC or ServiceAccount change the watches
 //     see (ForgetOnChange). A Role or RoleBinding can take access only in its own namespace, so
 //     only that access is judged. The guard's own access is kept (rbacself.go): while it serves, a
-//     change that unbinds its ServiceAccount, deletes or narrows a role bound to it, or deletes the
-//     account is refused (guard_access). Out of reach: a grant by another authorizer (only the RBAC grant is
+//     change that unbinds its ServiceAccount, deletes the account, or takes from a role bound to it
+//     the reads it verifies writers with is refused (guard_access). Out of reach: a grant by another authorizer (only the RBAC grant is
 //     judged), two removals of redundant grants judged at the same instant, RBAC outside the guarded
 //     namespaces, a ClusterRole(Binding) edit while the webhook is down (its entry fails open), and
 //     `helm uninstall` of the webhook's own release (its pre-delete hook removes the webhook first).

@@ -76,7 +76,7 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 		}
 	}
 	cfg, problems := election.ParseConfig(getenv(-1, ""))
-	ev.problems = problems
+	ev.problems = unquoted(problems, lookup)
 	_, ev.enabledText, ev.enabledSet = firstSet(lookup, election.EnvElection)
 	ev.enabled = cfg.Enabled && ev.enabledSet && ev.enabledText.Known()
 
@@ -158,6 +158,29 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 		ev.shards = append(ev.shards, c.Shard)
 	}
 	return ev
+}
+
+// electionVariables are the variables election.ParseConfig reads, longest first (a problem about
+// NOETL_EHDB_ELECTION_SHARD also contains NOETL_EHDB_ELECTION).
+var electionVariables = []string{election.EnvLeaseSecs, election.EnvRenewSecs, election.EnvNamespace, election.EnvShard, election.EnvElection, "POD_NAMESPACE", "HOSTNAME"}
+
+// unquoted replaces each parser problem about a variable whose value was read from a ConfigMap
+// with one that does not quote it (Value.Read): the parser's own messages quote the value.
+func unquoted(problems []error, lookup func(string) (Value, bool)) []error {
+	out := make([]error, len(problems))
+	for i, p := range problems {
+		out[i] = p
+		for _, name := range electionVariables {
+			if !strings.Contains(p.Error(), name) {
+				continue
+			}
+			if v, ok := lookup(name); ok && v.Read {
+				out[i] = fmt.Errorf("%s: the value read from a ConfigMap is not one the election accepts (the guard does not quote ConfigMap values)", name)
+			}
+			break
+		}
+	}
+	return out
 }
 
 // problemsAbout joins the parser's problems that mention name.

@@ -20,6 +20,8 @@ type Workload struct {
 	Namespace string
 	Name      string
 	UID       string
+	// ResourceVersion is the object's, as the API server or the webhook's watch holds it.
+	ResourceVersion string
 	// Pod describes the pod: for a Pod its own metadata and spec, for a workload its template.
 	Pod PodContext
 	// Replicas and OrdinalStart are set for a StatefulSet (replicas defaulted to 1 when unset):
@@ -160,7 +162,7 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 	if w.Namespace == "" {
 		w.Namespace = meta.Namespace
 	}
-	w.Name, w.UID = meta.Name, string(meta.UID)
+	w.Name, w.UID, w.ResourceVersion = meta.Name, string(meta.UID), meta.ResourceVersion
 	if w.Name == "" {
 		w.Name = meta.GenerateName
 	}

@@ -1,14 +1,17 @@
 package webhook_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -264,6 +267,66 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 			}
 			if !tc.allowed && !strings.Contains(out.Response.Result.Message, "the webhook's own ServiceAccount") {
 				t.Fatalf("the refusal does not say it is the guard's own access: %s", raw)
+			}
+		})
+	}
+}
+
+// staleWatch is the webhook's StatefulSet watch behind the API server: it holds before for the
+// first lag lookups, then now.
+type staleWatch struct {
+	before, now *webhook.Workload
+	lag         int
+	calls       int
+}
+
+func (s *staleWatch) Workload(_, _, _ string) (*webhook.Workload, bool, bool) {
+	s.calls++
+	if s.calls <= s.lag {
+		return s.before, true, true
+	}
+	return s.now, true, true
+}
+
+// A scale-up sent right after the update that armed the set was judged on the unarmed template
+// the watch still held (the second red team: 3 of 25 rounds admitted as unarmed, and the new
+// ordinals' Pods then exempt through their armed owner). The scale names the set's
+// resourceVersion; the review waits for the watch to hold that version, or cannot verify it.
+func TestAScaleIsJudgedOnTheVersionItNames(t *testing.T) {
+	unarmed := sts(append(compliant(), wt.SetEnv("NOETL_EHDB_FENCING", "shadow"))...)
+	unarmed.ResourceVersion = "41"
+	armed := sts(compliant()...)
+	armed.ResourceVersion = "42"
+	scale := func(n int32, rv string) *autoscalingv1.Scale {
+		return &autoscalingv1.Scale{TypeMeta: metav1.TypeMeta{APIVersion: "autoscaling/v1", Kind: "Scale"},
+			ObjectMeta: metav1.ObjectMeta{Name: wt.WriterName, Namespace: ns, ResourceVersion: rv}, Spec: autoscalingv1.ScaleSpec{Replicas: n}}
+	}
+	body, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: "scale-race", Kind: metav1.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"},
+			Resource: metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, SubResource: "scale", Operation: admissionv1.Update,
+			Namespace: ns, Name: wt.WriterName, Object: runtime.RawExtension{Object: scale(3, "42")}, OldObject: runtime.RawExtension{Object: scale(1, "42")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		lag  int
+		msg  string
+	}{
+		{"the watch catches up: judged on the armed version", 3, "ehdb-shard-00000001 (shard 1) does not exist"},
+		{"the watch never holds it: could not verify", 1 << 30, "holds version 41 of it, not 42"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			watch := &staleWatch{before: workload(t, gvkSTS, unarmed), now: workload(t, gvkSTS, armed), lag: tc.lag}
+			h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Workloads: watch, LookupTimeout: 300 * time.Millisecond}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", body)
+			if out.Response == nil || out.Response.Allowed {
+				t.Fatalf("the scale-up of the just-armed set admitted: %s", raw)
+			}
+			if !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Fatalf("want %q: %s", tc.msg, raw)
 			}
 		})
 	}

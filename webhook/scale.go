@@ -51,14 +51,32 @@ func (h *Handler) handleScale(ctx context.Context, req admission.Request, log lo
 	if name == "" {
 		name = newScale.Name
 	}
+	// The scale names the set's resourceVersion: its template is the watch's object of that
+	// version, never an older one. An update that arms the set and a scale-up sent right after it
+	// were judged on the unarmed template the watch still held (the second red team: 3 of 25
+	// rounds admitted as unarmed, and the new ordinals' Pods then exempt). The watch trails the API
+	// server by milliseconds: wait for it, within the review's deadline.
+	ctx, cancel := h.deadline(ctx)
+	defer cancel()
 	var cur *Workload
 	found, known := false, false
-	if h.Workloads != nil {
+	for h.Workloads != nil {
 		cur, found, known = h.Workloads.Workload(gvkStatefulSetResource, req.Namespace, name)
+		if !found || oldScale.ResourceVersion == "" || cur.ResourceVersion == oldScale.ResourceVersion || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	if !found {
+	stale := found && oldScale.ResourceVersion != "" && cur.ResourceVersion != oldScale.ResourceVersion
+	if !found || stale {
 		why := "the webhook does not watch StatefulSets in " + req.Namespace
-		if known {
+		switch {
+		case stale:
+			why = fmt.Sprintf("the webhook's watch holds version %s of it, not %s, which the scale names", cur.ResourceVersion, oldScale.ResourceVersion)
+		case known:
 			why = "the webhook's watch does not hold it (yet)"
 		}
 		return h.answer(req, log, kind, start, Decision{Subject: fmt.Sprintf("StatefulSet %s/%s", req.Namespace, name), Reason: ReasonCouldNotVerify,

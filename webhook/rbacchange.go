@@ -46,6 +46,9 @@ type RBACChange struct {
 	OldRules, NewRules []rbacv1.PolicyRule
 	// NewAutomount is the ServiceAccount's automountServiceAccountToken after an update.
 	NewAutomount *bool
+	// guardsSelf is set when the webhook keeps its own access (Handler.Self): a role that grants
+	// what it verifies writers with matters too.
+	guardsSelf bool
 }
 
 func (c *RBACChange) String() string {
@@ -343,6 +346,12 @@ func (c *RBACChange) removedSubjects() []rbacv1.Subject {
 	return out
 }
 
+// roleMayMatter reports whether the role the change edits may grant what a writer's election
+// needs (a lease verb) or what the guard itself verifies writers with (selfNeeds, rbacself.go).
+func (c *RBACChange) roleMayMatter() bool {
+	return rulesMayGrantLeases(c.OldRules) || (c.guardsSelf && grantsAnySelfNeed(c.OldRules))
+}
+
 // AffectedNeeds is the lookup that tells which accounts the change can touch: the role a binding
 // names, or the bindings that name a role (scopes: the namespaces whose RoleBindings may name a
 // ClusterRole, "*" for every namespace).
@@ -355,7 +364,7 @@ func (c *RBACChange) AffectedNeeds(f *Facts, clusterRoleScopes []string) Query {
 				b.role(k)
 			}
 		}
-	case c.isRole() && rulesMayGrantLeases(c.OldRules):
+	case c.isRole() && c.roleMayMatter():
 		if c.Namespace != "" {
 			b.bindings(c.Namespace)
 		} else {
@@ -407,7 +416,7 @@ func (c *RBACChange) Affected(f *Facts, clusterRoleScopes []string) ([]AccountSe
 			add(s, c.Namespace)
 		}
 	case c.isRole():
-		if !rulesMayGrantLeases(c.OldRules) {
+		if !c.roleMayMatter() {
 			return nil, nil
 		}
 		scopes := []string{c.Namespace}

@@ -40,6 +40,7 @@ func (h *Handler) handleRBAC(ctx context.Context, req admission.Request, log log
 	}
 	ctx, cancel := h.deadline(ctx)
 	defer cancel()
+	change.guardsSelf = h.Self.Name != ""
 
 	// Which accounts can the change touch?
 	facts := NewFacts(h.now())

@@ -37,6 +37,13 @@ func grantsAll(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
 	})
 }
 
+// grantsAnySelfNeed reports whether rules grant one of selfNeeds.
+func grantsAnySelfNeed(rules []rbacv1.PolicyRule) bool {
+	return slices.ContainsFunc(selfNeeds, func(n struct{ group, resource, verb string }) bool {
+		return grantsAll(rules, n.group, n.resource, n.verb)
+	})
+}
+
 // takesNeeds reports whether going from old to now (nil: deleted) loses one of selfNeeds.
 func takesNeeds(old, now []rbacv1.PolicyRule, deleted bool) bool {
 	for _, n := range selfNeeds {

@@ -227,6 +227,11 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 	guardRB := roleBinding("ehdb-election-webhook-guard", "Role", "ehdb-election-webhook-guard", self)
 	crb := &rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook"},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ehdb-election-webhook"}, Subjects: []rbacv1.Subject{self}}
+	sar := rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}}
+	vwcRule := rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"get"}}
+	clusterRole := func(rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
+		return &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook"}, Rules: rules}
+	}
 	webhookSA := &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook", Namespace: ns}}
 	cases := []struct {
 		name     string
@@ -243,6 +248,9 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 		{"its ServiceAccount deleted", true, admissionv1.Delete, saGVK, webhookSA.Name, nil, webhookSA, false},
 		{"its Role deleted", true, admissionv1.Delete, roleKind, guardRole.Name, nil, guardRole, false},
 		{"its Role narrowed", true, admissionv1.Update, roleKind, guardRole.Name, mkRole(guardRole.Name, guardRule), guardRole, false},
+		// The second red team: its ClusterRole grants no lease verb, so the edit was never sent.
+		{"its ClusterRole loses SubjectAccessReviews", true, admissionv1.Update, crKind, "ehdb-election-webhook", clusterRole(vwcRule), clusterRole(sar, vwcRule), false},
+		{"its ClusterRole loses another rule", true, admissionv1.Update, crKind, "ehdb-election-webhook", clusterRole(sar), clusterRole(sar, vwcRule), true},
 		{"its Role loses a rule it verifies no writer with (a rollback to an older chart)", true, admissionv1.Update, roleKind, guardRole.Name,
 			guardRole, mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})...), true},
 		{"its Role given one more rule", true, admissionv1.Update, roleKind, guardRole.Name,
@@ -255,6 +263,8 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 			cluster := rbacCluster()
 			cluster.Roles = append(cluster.Roles, *guardRole)
 			cluster.RoleBindings = append(cluster.RoleBindings, *guardRB)
+			cluster.ClusterRoles = append(cluster.ClusterRoles, *clusterRole(sar, vwcRule))
+			cluster.ClusterRoleBindings = append(cluster.ClusterRoleBindings, *crb)
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, sts(compliant()...)), Clock: clocktesting.NewFakePassiveClock(now)}
 			if tc.self {
 				h.Self.Namespace, h.Self.Name = ns, self.Name

@@ -91,6 +91,17 @@ func TestRedTeamFinalRound(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), "the webhook's own ServiceAccount") {
 					t.Errorf("deleting ClusterRoleBinding %s of the webhook's %s: %v; want the guard to refuse it", b.Name, sa, err)
 				}
+				// The second red team: its ClusterRole grants no lease verb, and an edit that
+				// took SubjectAccessReviews from it was sent to no webhook.
+				role, err := cs.RbacV1().ClusterRoles().Get(ctx, b.RoleRef.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				role.Rules = slices.DeleteFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Resources, "subjectaccessreviews") })
+				_, err = cs.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+				if err == nil || !strings.Contains(err.Error(), "the webhook's own ServiceAccount") {
+					t.Errorf("taking SubjectAccessReviews from the webhook's ClusterRole %s: %v; want the guard to refuse it", role.Name, err)
+				}
 			}
 		}
 		rbs, err := cs.RbacV1().RoleBindings(rt.ns).List(ctx, metav1.ListOptions{})

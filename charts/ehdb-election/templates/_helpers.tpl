@@ -315,6 +315,16 @@ or update on coordination.k8s.io leases (wildcards included).
 {{- end }}
 
 {{/*
+ehdb-election.cel.webhooksOwnRole: the role is one of the webhook's own (its ClusterRole, its Role
+in the release namespace, its read Role in each guarded namespace): the webhook refuses an edit that
+takes the reads it verifies writers with, which grant no lease verb the condition above would see.
+*/}}
+{{- define "ehdb-election.cel.webhooksOwnRole" -}}
+{{- $fullname := include "ehdb-election.webhook.fullname" . -}}
+(oldObject.metadata.name == '{{ $fullname }}' || oldObject.metadata.name == '{{ $fullname }}-guard')
+{{- end }}
+
+{{/*
 ehdb-election.cel.changed: the field given differs between oldObject and object (an UPDATE).
 */}}
 {{- define "ehdb-election.cel.changed" -}}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"golang.org/x/net/netutil"
 )
 
 // Timeouts of the admission server. The API server sends one review per request and waits at most
@@ -26,12 +25,10 @@ const (
 	writeTimeout      = 35 * time.Second // from the end of the headers to the end of the answer
 	idleTimeout       = 90 * time.Second // keep-alive between reviews
 	maxHeaderBytes    = 64 << 10
-	// defaultMaxConnections bounds the connections open at once (--max-connections). Each costs
-	// about 50 KiB (TLS state, buffers, a goroutine) whatever it sends, so unauthenticated
-	// clients that complete a handshake and send nothing took the webhook from 43 to 205 MB at
-	// 3,000 (the final red team; the chart's limit is 128 Mi). At the cap, Accept waits: new
-	// connections queue in the kernel's backlog until one closes (each within the timeouts
-	// above), while the API server's kept-alive connections go on carrying reviews.
+	// defaultMaxConnections bounds the connections open at once (--max-connections, conns.go).
+	// Each costs about 50 KiB (TLS state, buffers, a goroutine) whatever it sends, so
+	// unauthenticated clients that complete a handshake and send nothing took the webhook from
+	// 43 to 205 MB at 3,000 (the final red team; the chart's limit is 128 Mi).
 	defaultMaxConnections = 256
 )
 
@@ -63,7 +60,8 @@ func (s *admissionServer) Start(ctx context.Context) error {
 	if limit <= 0 {
 		limit = defaultMaxConnections
 	}
-	ln := tls.NewListener(netutil.LimitListener(tcp, limit), s.tlsConfig)
+	capped := newCapListener(tcp, limit)
+	ln := tls.NewListener(capped, s.tlsConfig)
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -71,6 +69,7 @@ func (s *admissionServer) Start(ctx context.Context) error {
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
+		ConnState:         capped.track,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		// TLS handshake errors and the like, through the process's structured logger.
 		ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),

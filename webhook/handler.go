@@ -144,9 +144,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		return allow(ReasonNoOpinion, "subresource "+req.SubResource+" cannot change a pod template")
 	case req.Operation != admissionv1.Create && req.Operation != admissionv1.Update:
 		return allow(ReasonNoOpinion, "operation "+string(req.Operation)+" cannot arm anything")
-	case req.Operation == admissionv1.Update && gvk == gvkPod:
-		return allow(ReasonNoOpinion, "a Pod's environment cannot change after creation")
 	}
+	// A Pod's UPDATE is judged too: its spec cannot change, but its labels and annotations can,
+	// and the kubelet resolves a fieldRef to them at every container start, so an edit of them
+	// arms a container, moves its shard or turns its election off at its next restart (the second
+	// red team armed a bare Pod with `kubectl annotate`). The chart sends only updates that change
+	// them, of Pods that may arm.
 
 	obj, err := DecodeWorkload(gvk, req.Namespace, req.Object.Raw)
 	if err != nil {

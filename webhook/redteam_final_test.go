@@ -341,3 +341,62 @@ func TestAScaleIsJudgedOnTheVersionItNames(t *testing.T) {
 		})
 	}
 }
+
+// A Pod's labels and annotations change after its creation, and the kubelet resolves a fieldRef to
+// them at every container start: `kubectl annotate` armed a bare Pod on a shard with no Lease, and
+// `kubectl label` turned an armed Pod's election off, each unreviewed (the second red team; the
+// guard said a Pod's environment could not change after creation).
+func TestAPodsLabelsAndAnnotationsAreJudged(t *testing.T) {
+	fromAnnotation := func(name, key string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + key + "']"}}}
+	}
+	fromLabel := func(name, key string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels['" + key + "']"}}}
+	}
+	podWith := func(name string, e corev1.EnvVar, meta func(*corev1.Pod)) *corev1.Pod {
+		p := barePod(sts(append(compliant(), envVar(e))...), name)
+		meta(p)
+		return saAdmitted(p)
+	}
+	annotated := func(k, v string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Annotations = map[string]string{k: v, "unrelated": "1"} }
+	}
+	labelled := func(k, v string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Labels = map[string]string{k: v} }
+	}
+	fencing, electionAnn, electionLabel := fromAnnotation("NOETL_EHDB_FENCING", "noetl.io/fencing"), fromAnnotation("NOETL_EHDB_ELECTION", "noetl.io/election"), fromLabel("NOETL_EHDB_ELECTION", "election")
+	cases := []struct {
+		name     string
+		old, now *corev1.Pod
+		allowed  bool
+		msg      string
+	}{
+		{"an annotation edit arms a bare Pod on a shard with no Lease",
+			podWith(wt.WriterName+"-9", fencing, annotated("noetl.io/fencing", "shadow")), podWith(wt.WriterName+"-9", fencing, annotated("noetl.io/fencing", "enforce")),
+			false, "ehdb-shard-00000009 (shard 9) does not exist"},
+		{"an annotation edit turns an armed Pod's election off",
+			podWith(wt.WriterName+"-0", electionAnn, annotated("noetl.io/election", "true")), podWith(wt.WriterName+"-0", electionAnn, annotated("noetl.io/election", "false")),
+			false, "first set NOETL_EHDB_FENCING=shadow"},
+		{"a label edit turns an armed Pod's election off",
+			podWith(wt.WriterName+"-0", electionLabel, labelled("election", "true")), podWith(wt.WriterName+"-0", electionLabel, labelled("election", "false")),
+			false, "first set NOETL_EHDB_FENCING=shadow"},
+		{"an unrelated annotation edit of an armed Pod", podWith(wt.WriterName+"-0", electionAnn, annotated("noetl.io/election", "true")),
+			podWith(wt.WriterName+"-0", electionAnn, func(p *corev1.Pod) { p.Annotations = map[string]string{"noetl.io/election": "true", "unrelated": "2"} }), true, ""},
+		{"an annotation edit that disarms", podWith(wt.WriterName+"-9", fencing, annotated("noetl.io/fencing", "enforce")),
+			podWith(wt.WriterName+"-9", fencing, annotated("noetl.io/fencing", "shadow")), true, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Owners: fakeOwners{}}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Update, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, tc.now, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Fatalf("want %q: %s", tc.msg, raw)
+			}
+		})
+	}
+}

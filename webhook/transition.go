@@ -29,8 +29,10 @@ func orderCheckApplies(in Input, p Policy) bool {
 		return false
 	}
 	if in.Object.Kind == gvkPod.Kind {
-		// A Pod's containers never change after its creation (ephemeral ones aside, above).
-		return in.Operation == admissionv1.Create && in.ConfigMapChange == nil && in.RBACChange == nil
+		// A Pod's containers never change after its creation (ephemeral ones aside, above), but
+		// its labels and annotations do, and a fieldRef to them is resolved at every container
+		// start: an UPDATE that arms it, or moves its shard, is arming.
+		return (in.Operation == admissionv1.Create || in.Operation == admissionv1.Update) && in.ConfigMapChange == nil && in.RBACChange == nil
 	}
 	return in.Operation == admissionv1.Create || in.Operation == admissionv1.Update
 }

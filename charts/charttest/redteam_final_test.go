@@ -49,6 +49,25 @@ func TestRedTeamFinalRound(t *testing.T) {
 		refused(t, "Pod w-9 of the real StatefulSet w (replicas 1)", err, "ehdb-shard-00000009 (shard 9) does not exist")
 	})
 
+	t.Run("an annotation edit that arms a bare Pod", func(t *testing.T) {
+		tpl := rt.writer("annotated").Spec.Template
+		c := &tpl.Spec.Containers[0]
+		for i := range c.Env {
+			if c.Env[i].Name == "NOETL_EHDB_FENCING" {
+				c.Env[i] = corev1.EnvVar{Name: "NOETL_EHDB_FENCING", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['noetl.io/fencing']"}}}
+			}
+		}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "annotated-9", Annotations: map[string]string{"noetl.io/fencing": "shadow"}}, Spec: tpl.Spec}
+		p, err := pods.Create(ctx, p, metav1.CreateOptions{})
+		admitted(t, "a bare Pod whose fencing annotation says shadow", err)
+		if err != nil {
+			return
+		}
+		p.Annotations["noetl.io/fencing"] = "enforce"
+		_, err = pods.Update(ctx, p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		refused(t, "the annotation set to enforce", err, "ehdb-shard-00000009 (shard 9) does not exist")
+	})
+
 	t.Run("the armed StatefulSet moved onto the host network", func(t *testing.T) {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			got, err := sets.Get(ctx, set.Name, metav1.GetOptions{})

@@ -662,8 +662,10 @@ func TestWebhookConfiguration(t *testing.T) {
 			if !reflect.DeepEqual(workloads.Rules, wantWorkloadRules) {
 				t.Errorf("workload rules:\n got %+v\nwant %+v", workloads.Rules, wantWorkloadRules)
 			}
+			// UPDATE: a Pod's labels and annotations change, and a fieldRef to them is resolved
+			// at every container start.
 			wantPodRules := []admissionregistrationv1.RuleWithOperations{
-				{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{
+				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 			}
 			if !reflect.DeepEqual(pods.Rules, wantPodRules) {

@@ -136,6 +136,8 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		return h.handleRBAC(ctx, req, log, start)
 	case isStatefulSetScale(req):
 		return h.handleScale(ctx, req, log, start)
+	case gvk == gvkService && req.SubResource == "" && (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
+		return h.handleService(req, log, start)
 	case !Known(gvk):
 		return allow(ReasonNoOpinion, "the guard does not judge "+gvk.String())
 	case gvk == gvkPod && req.SubResource == subresourceEphemeral && req.Operation == admissionv1.Update:

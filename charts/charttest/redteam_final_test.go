@@ -68,6 +68,19 @@ func TestRedTeamFinalRound(t *testing.T) {
 		refused(t, "the annotation set to enforce", err, "ehdb-shard-00000009 (shard 9) does not exist")
 	})
 
+	t.Run("a Service named kubernetes in a guarded namespace", func(t *testing.T) {
+		// The kubelet (getServiceEnvVarMap) gives its address to every container of the namespace
+		// that keeps its service links as KUBERNETES_SERVICE_HOST, in place of the API server's.
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}}}
+		_, err := cs.CoreV1().Services(rt.ns).Create(ctx, svc, dryRunCreate)
+		if err == nil || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_HOST") {
+			t.Errorf("a Service named kubernetes in %s: %v; want the guard to refuse it", rt.ns, err)
+		}
+		svc.Name = "writer-metrics"
+		_, err = cs.CoreV1().Services(rt.ns).Create(ctx, svc, dryRunCreate)
+		admitted(t, "another Service", err)
+	})
+
 	t.Run("the armed StatefulSet moved onto the host network", func(t *testing.T) {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			got, err := sets.Get(ctx, set.Name, metav1.GetOptions{})

@@ -610,14 +610,19 @@ func TestWebhookConfiguration(t *testing.T) {
 			if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != tc.injectCAFrom {
 				t.Errorf("inject-ca-from = %q, want %q", got, tc.injectCAFrom)
 			}
-			if len(vwc.Webhooks) != 7 {
-				t.Fatalf("%d webhook entries, want 7", len(vwc.Webhooks))
+			if len(vwc.Webhooks) != 8 {
+				t.Fatalf("%d webhook entries, want 8", len(vwc.Webhooks))
 			}
 			byName := map[string]admissionregistrationv1.ValidatingWebhook{}
 			for _, h := range vwc.Webhooks {
 				byName[strings.TrimSuffix(h.Name, ".ehdb-election.noetl.io")] = h
 			}
 			workloads, pods, configMaps := byName["workloads"], byName["pods"], byName["configmaps"]
+			// A Service named kubernetes, only: the kubelet gives its address as the API server's.
+			if svc := byName["services"]; len(svc.Rules) != 1 || !slices.Equal(svc.Rules[0].Resources, []string{"services"}) || *svc.FailurePolicy != tc.workloads ||
+				len(svc.MatchConditions) != 1 || svc.MatchConditions[0].Expression != "object.metadata.name == 'kubernetes'" || !reflect.DeepEqual(svc.NamespaceSelector, workloads.NamespaceSelector) {
+				t.Errorf("services entry: %+v", svc)
+			}
 			for _, sub := range []struct{ name, resource string }{{"ephemeralcontainers", "pods/ephemeralcontainers"}, {"scale", "statefulsets/scale"}} {
 				h := byName[sub.name]
 				if len(h.Rules) != 1 || !slices.Equal(h.Rules[0].Resources, []string{sub.resource}) || !slices.Equal(h.Rules[0].Operations, []admissionregistrationv1.OperationType{"UPDATE"}) ||

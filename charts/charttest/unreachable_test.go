@@ -98,6 +98,11 @@ var armedSamples = map[string]func(ctx context.Context, cs kubernetes.Interface,
 			Data: map[string]string{"NOETL_EHDB_FENCING": "enforce"}}, dryRun(false))
 		return err
 	},
+	"services": func(ctx context.Context, cs kubernetes.Interface, ns string) error {
+		_, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}}}, dryRun(false))
+		return err
+	},
 }
 
 // scrapeWebhookCalls reads the API server's /metrics and returns the webhook call counters by series

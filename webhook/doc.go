@@ -33,7 +33,8 @@
 //
 //   - Kinds and paths (4). Every built-in path that creates a pod or changes a running pod's
 //     containers is reviewed: the kinds of PodSources (ReplicationController included) on create
-//     and update, Pods on create, ephemeral containers added to a running Pod (judged like a
+//     and update, Pods on create and on updates of their labels and annotations (a fieldRef to
+//     them is resolved at every container start), ephemeral containers added to a running Pod (judged like a
 //     workload: order check, fail closed), and a StatefulSet's scale subresource. Arming that adds
 //     shards is arming: the order check covers every shard the object runs armed that it did not
 //     run armed before (replicas 0 → n, a scale-up). A Pod created armed is arming too unless a
@@ -56,7 +57,10 @@
 //   - What the election talks to (credentials.go). client-go's rest.InClusterConfig dials
 //     KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT and reads the fixed files
 //     /var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt} (the election, with no namespace
-//     in its environment, also .../namespace). An armed container is refused when its env or a
+//     in its environment, also .../namespace). The kubelet sets the two variables from the
+//     Service kubernetes of the default namespace, or of the pod's own when it has one and the
+//     pod keeps its service links: such a Service in a guarded namespace is refused (service.go).
+//     An armed container is refused when its env or a
 //     ConfigMap it reads sets either variable (empty, client-go is not in a cluster; any value, it
 //     dials what the guard cannot tell is the checked API server; a Secret that may set it is
 //     warned about), and when what is mounted at the token or CA path is not the ServiceAccount's

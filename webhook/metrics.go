@@ -25,7 +25,7 @@ var judgedKinds = func() []string {
 	for _, s := range PodSources {
 		out = append(out, s.GVK.Kind)
 	}
-	out = append(out, gvkConfigMap.Kind)
+	out = append(out, gvkConfigMap.Kind, gvkService.Kind)
 	for _, k := range RBACKinds {
 		out = append(out, k.Kind)
 	}

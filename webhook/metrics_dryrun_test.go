@@ -47,7 +47,7 @@ func decisions(t *testing.T, reg *prometheus.Registry, want map[string]string) f
 // it out. Each path a review can take records the label: a judged workload, a kind the guard does
 // not judge, a malformed review.
 func TestDecisionsAreLabelledDryRun(t *testing.T) {
-	other := metav1.GroupVersionKind{Group: "", Version: "v1", Kind: "Service"}
+	other := metav1.GroupVersionKind{Group: "", Version: "v1", Kind: "Secret"}
 	for _, tc := range []struct {
 		name   string
 		review func(dry bool) []byte

@@ -400,3 +400,26 @@ func TestAPodsLabelsAndAnnotationsAreJudged(t *testing.T) {
 		})
 	}
 }
+
+// A Service named kubernetes in a guarded namespace takes the API server's place in every pod
+// there that keeps its service links (the kubelet's getServiceEnvVarMap): refused, by name.
+func TestAServiceNamedKubernetesIsRefused(t *testing.T) {
+	h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+	t.Cleanup(srv.Close)
+	svcKind := metav1.GroupVersionKind{Version: "v1", Kind: "Service"}
+	for name, allowed := range map[string]bool{"kubernetes": false, "writer-metrics": true} {
+		svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+		body := review(t, admissionv1.Create, svcKind, svc, nil)
+		var rv admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &rv); err != nil {
+			t.Fatal(err)
+		}
+		rv.Request.Name = name
+		body, _ = json.Marshal(rv)
+		_, out, raw := post(t, srv.URL, "application/json", body)
+		if out.Response == nil || out.Response.Allowed != allowed {
+			t.Errorf("Service %s: %s; want allowed=%v", name, raw, allowed)
+		}
+	}
+}

@@ -563,3 +563,51 @@ func (w *watches) Generation() (uint64, bool) {
 	}
 	return w.changes.Load(), true
 }
+
+// healthyReaders answers the webhook's ConfigMap and account reviews from the reader watches only
+// while every one of them in the namespace asked about has synced and works: a broken watch
+// (its RBAC taken, the API server unreachable) may be missing the very workload that reads the
+// ConfigMap, and "read by no one" would admit a change that disarms it (the third red team took
+// the webhook's pods and ReplicationController reads, and a ConfigMap edit turning an armed bare
+// Pod's election off was admitted with no reader). Such a review is "could not verify" instead.
+type healthyReaders struct{ w *watches }
+
+var (
+	_ webhook.ConfigMapReaders = healthyReaders{}
+	_ webhook.AccountUsers     = healthyReaders{}
+)
+
+// check reports the first reader watch of namespace ("": all of them) that cannot be trusted.
+func (h healthyReaders) check(namespace string) error {
+	for _, scopes := range h.w.byKind {
+		for ns, x := range scopes {
+			if namespace != "" && ns != "" && ns != namespace {
+				continue
+			}
+			if !x.informer.HasSynced() {
+				return fmt.Errorf("the %s watch has not synced yet", x.health.what)
+			}
+			if err := x.health.check(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (h healthyReaders) ReadersOf(namespace, configMap string) ([]*webhook.Workload, error) {
+	if err := h.check(namespace); err != nil {
+		return nil, fmt.Errorf("the webhook cannot tell which workloads read it: %w", err)
+	}
+	return h.w.readers.ReadersOf(namespace, configMap)
+}
+
+func (h healthyReaders) UsersOf(sel webhook.AccountSelector) ([]*webhook.Workload, error) {
+	if err := h.check(sel.Namespace); err != nil {
+		return nil, fmt.Errorf("the webhook cannot tell which workloads run as them: %w", err)
+	}
+	return h.w.readers.UsersOf(sel)
+}
+
+// Covers is ScopedReaders' (the RBAC review asks it first).
+func (h healthyReaders) Covers(namespace string) bool { return h.w.readers.Covers(namespace) }

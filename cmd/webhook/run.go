@@ -118,7 +118,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	}
 	handler := &webhook.Handler{
 		Resolver: resolver,
-		Accounts: w.readers,
+		Accounts: healthyReaders{w},
 		// RoleBindings of the guarded namespaces may grant a ClusterRole to a guarded account.
 		ClusterRoleScopes: clusterRoleScopes,
 		Invalidate:        resolver.Forget,
@@ -128,7 +128,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		Policy:      webhook.Policy{RequireLiveLease: o.requireLiveLease, MaxShards: o.maxShards, LeaseNamespaces: leaseNamespaces(o.guardedNamespaces)},
 		Metrics:     metrics,
 		Log:         log.WithName("guard"),
-		Readers:     w.readers,
+		Readers:     healthyReaders{w},
 		Owners:      w,
 		Workloads:   w,
 		MaxInFlight: o.maxInFlight,

@@ -5,17 +5,23 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"k8s.io/client-go/rest"
+
+	"github.com/noetl/ehdb-election/internal/testcluster"
+	"github.com/noetl/ehdb-election/webhook"
 )
 
 func TestFlagsMatchTheContract(t *testing.T) {
@@ -160,4 +166,38 @@ func leaf(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return pair.Certificate[0]
+}
+
+// TestReviewsTrustOnlyHealthyReaderWatches: a ConfigMap or account review is answered from the
+// reader watches only while each of them in the namespace has synced and works. The third red
+// team took the webhook's pods reads; its pods watch broke, and a ConfigMap edit disarming an
+// armed bare Pod was admitted as read by no one.
+func TestReviewsTrustOnlyHealthyReaderWatches(t *testing.T) {
+	c := testcluster.ForTest(t)
+	ns := c.NewNamespace(t)
+	w, err := newWatches(c.Clientset(), nil, []string{ns}, false, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers := healthyReaders{w}
+	if _, err := readers.ReadersOf(ns, "flags"); err == nil || !strings.Contains(err.Error(), "not synced") {
+		t.Fatalf("before the watches synced: %v, want could not tell", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.run(ctx) }()
+	eventually(t, 10*time.Second, "the reader watches synced", func() error {
+		_, err := readers.ReadersOf(ns, "flags")
+		return err
+	})
+	if _, err := readers.UsersOf(webhook.AccountSelector{Namespace: ns, Name: "writer"}); err != nil {
+		t.Fatalf("synced, UsersOf: %v", err)
+	}
+	w.byKind["pods"][ns].health.note(errors.New(`pods is forbidden: User "system:serviceaccount:noetl:ehdb-election-webhook" cannot watch resource "pods"`))
+	if _, err := readers.ReadersOf(ns, "flags"); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("the pods watch broken: %v, want could not tell", err)
+	}
+	if _, err := readers.UsersOf(webhook.AccountSelector{Namespace: ns, Name: "writer"}); err == nil {
+		t.Fatal("the pods watch broken: UsersOf answered")
+	}
 }

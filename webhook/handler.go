@@ -142,6 +142,9 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		return allow(ReasonNoOpinion, "the guard does not judge "+gvk.String())
 	case gvk == gvkPod && req.SubResource == subresourceEphemeral && req.Operation == admissionv1.Update:
 		// Containers added to a running Pod: judged like any arming, and failing closed.
+	case gvk == gvkPod && req.SubResource == "status" && req.Operation == admissionv1.Update:
+		// The status subresource writes a Pod's labels and annotations too (the third red team
+		// armed a bare Pod through it): judged like the Pod's own UPDATE.
 	case req.SubResource != "":
 		return allow(ReasonNoOpinion, "subresource "+req.SubResource+" cannot change a pod template")
 	case req.Operation != admissionv1.Create && req.Operation != admissionv1.Update:

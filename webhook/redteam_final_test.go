@@ -390,12 +390,23 @@ func TestAPodsLabelsAndAnnotationsAreJudged(t *testing.T) {
 			h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Owners: fakeOwners{}}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)
-			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Update, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, tc.now, tc.old))
-			if out.Response == nil || out.Response.Allowed != tc.allowed {
-				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
-			}
-			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
-				t.Fatalf("want %q: %s", tc.msg, raw)
+			// The Pod's own UPDATE, and its status subresource, which writes labels and
+			// annotations too (the third red team armed a bare Pod through it).
+			for _, sub := range []string{"", "status"} {
+				body := review(t, admissionv1.Update, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, tc.now, tc.old)
+				var rv admissionv1.AdmissionReview
+				if err := json.Unmarshal(body, &rv); err != nil {
+					t.Fatal(err)
+				}
+				rv.Request.SubResource = sub
+				body, _ = json.Marshal(rv)
+				_, out, raw := post(t, srv.URL, "application/json", body)
+				if out.Response == nil || out.Response.Allowed != tc.allowed {
+					t.Fatalf("subresource %q: allowed=%v, want %v: %s", sub, out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+				}
+				if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+					t.Fatalf("subresource %q: want %q: %s", sub, tc.msg, raw)
+				}
 			}
 		})
 	}

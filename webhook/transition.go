@@ -132,7 +132,7 @@ func (o orderScope) added(ns string, shards []uint32) []uint32 {
 // the Pod and its owner will run with (after a ConfigMap change under review).
 func beyondOwner(in Input, cms ConfigMapSource, budget *Budget, p Policy) string {
 	w := in.Object
-	if !p.RequireLiveLease || w == nil || w.Kind != gvkPod.Kind || !w.Exempt || w.ExemptBy == nil || in.Subresource != "" {
+	if !p.RequireLiveLease || w == nil || w.Kind != gvkPod.Kind || !w.Exempt || w.ExemptBy == nil || (in.Subresource != "" && in.Subresource != "status") {
 		return ""
 	}
 	owner := w.ExemptBy

@@ -66,6 +66,9 @@ func TestRedTeamFinalRound(t *testing.T) {
 		p.Annotations["noetl.io/fencing"] = "enforce"
 		_, err = pods.Update(ctx, p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		refused(t, "the annotation set to enforce", err, "ehdb-shard-00000009 (shard 9) does not exist")
+		// The status subresource writes annotations too (the third red team).
+		_, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		refused(t, "the annotation set to enforce through pods/status", err, "ehdb-shard-00000009 (shard 9) does not exist")
 	})
 
 	t.Run("a Service named kubernetes in a guarded namespace", func(t *testing.T) {

@@ -671,7 +671,7 @@ func TestWebhookConfiguration(t *testing.T) {
 			// at every container start.
 			wantPodRules := []admissionregistrationv1.RuleWithOperations{
 				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/status"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 			}
 			if !reflect.DeepEqual(pods.Rules, wantPodRules) {
 				t.Errorf("pod rules:\n got %+v\nwant %+v", pods.Rules, wantPodRules)

@@ -33,6 +33,23 @@ var armedSamples = map[string]func(ctx context.Context, cs kubernetes.Interface,
 	"pods": func(ctx context.Context, cs kubernetes.Interface, ns string) error {
 		return createPod(ctx, cs, ns, "armed", podTemplate(container(fencing, nil)), false)
 	},
+	// A label written through a Pod's status subresource (it writes labels and annotations too).
+	"pods/status": func(ctx context.Context, cs kubernetes.Interface, ns string) error {
+		pods := cs.CoreV1().Pods(ns)
+		pod, err := pods.Get(ctx, "status-target", metav1.GetOptions{})
+		if err != nil {
+			tmpl := podTemplate(container(fencing, nil))
+			if pod, err = pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "status-target"}, Spec: tmpl.Spec}, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels["touched"] = fmt.Sprint(time.Now().UnixNano())
+		_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	},
 	// An ephemeral container is added to a running Pod: the Pod is created for real (Pods fail
 	// open, so the unreachable webhook lets it in), the ephemeral container as a dry run.
 	"pods/ephemeralcontainers": func(ctx context.Context, cs kubernetes.Interface, ns string) error {

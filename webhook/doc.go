@@ -37,7 +37,8 @@
 //     them is resolved at every container start), ephemeral containers added to a running Pod (judged like a
 //     workload: order check, fail closed), and a StatefulSet's scale subresource. Arming that adds
 //     shards is arming: the order check covers every shard the object runs armed that it did not
-//     run armed before (replicas 0 → n, a scale-up). A Pod created armed is arming too unless a
+//     run armed before (a StatefulSet's replicas 0 → n, a scale-up; the kinds whose pods share one
+//     shard are judged when created or armed, not when they start running pods: README gap). A Pod created armed is arming too unless a
 //     judged owner accounts for it (class 2): a bare Pod, one controlled by a kind the guard does
 //     not judge, or by an owner that does not have its armed containers, gets the order check (a
 //     host-network one, whose hostname names no shard, is refused unless it sets its shard). An

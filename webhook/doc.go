@@ -33,17 +33,17 @@
 //
 //   - Kinds and paths (4). Every built-in path that creates a pod or changes a running pod's
 //     containers is reviewed: the kinds of PodSources (ReplicationController included) on create
-//     and update, Pods on create and on updates of their labels and annotations (a fieldRef to
-//     them is resolved at every container start), ephemeral containers added to a running Pod (judged like a
-//     workload: order check, fail closed), and a StatefulSet's scale subresource. Arming that adds
-//     shards is arming: the order check covers every shard the object runs armed that it did not
-//     run armed before (a StatefulSet's replicas 0 → n, a scale-up; the kinds whose pods share one
-//     shard are judged when created or armed, not when they start running pods: README gap). A Pod created armed is arming too unless a
-//     judged owner accounts for it (class 2): a bare Pod, one controlled by a kind the guard does
-//     not judge, or by an owner that does not have its armed containers, gets the order check (a
-//     host-network one, whose hostname names no shard, is refused unless it sets its shard). An
-//     armed Pod whose own hostname gives its election no shard is refused: its election would
-//     certainly decline.
+//     and update, Pods on create and on updates of their labels and annotations (a fieldRef to them
+//     is resolved at every container start), ephemeral containers added to a running Pod (judged
+//     like a workload: order check, fail closed), and a StatefulSet's scale subresource. Arming
+//     that adds shards is arming: the order check covers every shard the object runs armed that it
+//     did not run armed before (a StatefulSet's replicas 0 → n, a scale-up; the kinds whose pods
+//     share one shard are judged when created or armed, not when they start running pods: README
+//     gap). A Pod created armed is arming too unless a judged owner accounts for it (class 2): a
+//     bare Pod, one controlled by a kind the guard does not judge, or by an owner that does not
+//     have its armed containers, gets the order check (a host-network one, whose hostname names no
+//     shard, is refused unless it sets its shard). An armed Pod whose own hostname gives its
+//     election no shard is refused: its election would certainly decline.
 //   - Ground truth (3). What the kubelet or a controller decides per pod is never read from the
 //     template (runs.go): a pod on the host network has the node's hostname, so no shard follows
 //     from its name; the StatefulSet controller's pod name, hostname, pod-name and pod-index
@@ -132,8 +132,8 @@
 //     see (ForgetOnChange). A Role or RoleBinding can take access only in its own namespace, so
 //     only that access is judged. The guard's own access is kept (rbacself.go): while it serves, a
 //     change that unbinds its ServiceAccount, deletes the account, or takes from a role bound to it
-//     the reads it verifies writers with is refused (guard_access). Out of reach: a grant by another authorizer (only the RBAC grant is
-//     judged), two removals of redundant grants judged at the same instant, RBAC outside the guarded
+//     the reads it verifies writers with is refused (guard_access). Out of reach: a grant by
+//     another authorizer (only the RBAC grant is judged), two removals of redundant grants judged at the same instant, RBAC outside the guarded
 //     namespaces, a ClusterRole(Binding) edit while the webhook is down (its entry fails open), and
 //     `helm uninstall` of the webhook's own release (its pre-delete hook removes the webhook first).
 //   - Liveness (9). With the Lease watch on, the order check judges a Lease live when the webhook's

@@ -34,12 +34,7 @@ func TestConnectionsOpenAtOnceAreCapped(t *testing.T) {
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--namespace=" + ns,
 		"--max-connections=8",
 	}, nil)
-	eventually(t, 30*time.Second, "/readyz", func() error {
-		if code, body := get(probes + "/readyz"); code != 200 {
-			return fmt.Errorf("%d %s", code, body)
-		}
-		return nil
-	})
+	waitReady(t, 30*time.Second, probes)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))

@@ -38,12 +38,7 @@ func TestGuardAgainstTheAPIServer(t *testing.T) {
 		"--kubeconfig=" + c.Kubeconfig, "--cert-rotation=false", "--cert-dir=" + dir,
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--namespace=" + ns,
 	}, nil)
-	eventually(t, 30*time.Second, "/readyz", func() error {
-		if code, body := get(probes + "/readyz"); code != 200 {
-			return fmt.Errorf("%d %s", code, body)
-		}
-		return nil
-	})
+	waitReady(t, 30*time.Second, probes)
 	if code, _ := get(probes + "/healthz"); code != 200 {
 		t.Fatalf("/healthz %d", code)
 	}

@@ -135,6 +135,17 @@ func startWebhook(t *testing.T, args []string, tweak func(*options)) (probes, me
 	return fmt.Sprintf("http://127.0.0.1:%d", probePort), fmt.Sprintf("http://127.0.0.1:%d", metricsPort)
 }
 
+// waitReady waits until the webhook's /readyz at probes answers 200.
+func waitReady(t *testing.T, timeout time.Duration, probes string) {
+	t.Helper()
+	eventually(t, timeout, probes+"/readyz", func() error {
+		if code, body := get(probes + "/readyz"); code != 200 {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+}
+
 // get returns the status code and body of url, or -1 when it cannot be reached.
 func get(url string) (int, string) {
 	c := http.Client{Timeout: 5 * time.Second}

@@ -150,6 +150,15 @@ type watched struct {
 	health   *watchHealth
 }
 
+// trusted says why what the watch holds cannot be trusted (not synced yet, or its list or watch
+// broken), or nil: readiness and the reviews that read the watches ask it alike.
+func (x *watched) trusted() error {
+	if !x.informer.HasSynced() {
+		return fmt.Errorf("the %s watch has not synced yet", x.health.what)
+	}
+	return x.health.check()
+}
+
 // kindClient lists and watches one kind in one namespace.
 type kindClient struct {
 	name  string
@@ -336,11 +345,7 @@ func (w *watches) run(ctx context.Context) error {
 func (w *watches) ready(*http.Request) error {
 	var problems []string
 	for _, x := range w.all {
-		if !x.informer.HasSynced() {
-			problems = append(problems, "the "+x.health.what+" watch has not synced yet")
-			continue
-		}
-		if err := x.health.check(); err != nil {
+		if err := x.trusted(); err != nil {
 			problems = append(problems, err.Error())
 		}
 	}
@@ -584,10 +589,7 @@ func (h healthyReaders) check(namespace string) error {
 			if namespace != "" && ns != "" && ns != namespace {
 				continue
 			}
-			if !x.informer.HasSynced() {
-				return fmt.Errorf("the %s watch has not synced yet", x.health.what)
-			}
-			if err := x.health.check(); err != nil {
+			if err := x.trusted(); err != nil {
 				return err
 			}
 		}

@@ -61,12 +61,7 @@ func TestEveryReplicaForgetsItsAllowedAnswersOnAnRBACChange(t *testing.T) {
 	}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	for _, r := range replicas {
-		eventually(t, 30*time.Second, r.probes+"/readyz", func() error {
-			if code, body := get(r.probes + "/readyz"); code != 200 {
-				return fmt.Errorf("%d %s", code, body)
-			}
-			return nil
-		})
+		waitReady(t, 30*time.Second, r.probes)
 	}
 
 	writer := wt.ReferenceWriter(ns, wt.Armed(), wt.ElectionOn(), wt.ServiceAccount(wt.WriterSA))

@@ -85,12 +85,7 @@ func TestCertRotationWithLeastPrivilege(t *testing.T) {
 	for _, k := range []string{"ca.crt", "tls.crt", "tls.key"} {
 		write(t, filepath.Join(dir, k), secret.Data[k])
 	}
-	eventually(t, 60*time.Second, "/readyz", func() error {
-		if code, body := get(probes + "/readyz"); code != 200 {
-			return fmt.Errorf("%d %s", code, body)
-		}
-		return nil
-	})
+	waitReady(t, 60*time.Second, probes)
 	vwc, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, vwcName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

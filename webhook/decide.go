@@ -210,6 +210,9 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 			d.checkLeases(f, ev.namespace.Text, scope.added(ev.namespace.Text, ev.shards))
 		}
 	}
+	if scope.idle != "" {
+		d.warn(truncate(fmt.Sprintf("order check deferred: this %s runs no pods (%s); it meets the check when it starts them (scaled up, resumed).", w.Kind, scope.idle), 240))
+	}
 	if scope.beyondOwner != "" {
 		d.warn(truncate("order check applied although its controller was judged: "+scope.beyondOwner+".", 240))
 	}
@@ -221,7 +224,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		}
 	}
 	if w.Controller != "" && !w.Exempt && in.ConfigMapChange == nil && in.RBACChange == nil {
-		d.warn(truncate(fmt.Sprintf("controlled by %s, which the guard does not judge: this %s was judged itself, order check included.", w.Controller, w.Kind), 240))
+		d.warn(truncate(fmt.Sprintf("controlled by %s, which exempts it from nothing: this %s was judged itself, order check included.", w.Controller, w.Kind), 240))
 	}
 	// What stays open (README "limits"), said where it applies.
 	if w.Exempt && p.RequireLiveLease && w.Kind != gvkPod.Kind {

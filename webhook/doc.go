@@ -35,11 +35,13 @@
 //     containers is reviewed: the kinds of PodSources (ReplicationController included) on create
 //     and update, Pods on create and on updates of their labels and annotations (a fieldRef to them
 //     is resolved at every container start), ephemeral containers added to a running Pod (judged
-//     like a workload: order check, fail closed), and a StatefulSet's scale subresource. Arming
-//     that adds shards is arming: the order check covers every shard the object runs armed that it
-//     did not run armed before (a StatefulSet's replicas 0 → n, a scale-up; the kinds whose pods
-//     share one shard are judged when created or armed, not when they start running pods: README
-//     gap). A Pod created armed is arming too unless a judged owner accounts for it (class 2): a
+//     like a workload: order check, fail closed), and the scale subresource of the kinds with a
+//     replica count. Arming that adds shards is arming: the order check covers every shard the
+//     object runs armed that it did not run armed before (a StatefulSet's replicas 0 → n, a
+//     scale-up). An object that runs no pods (Workload.NoPods: replicas 0, suspended, parallelism
+//     0) runs no shard, so nothing is armed until it starts them, and starting them — scaled up
+//     from 0, resumed — is the transition; as an owner it accounts for no child that runs pods
+//     (idleOwner). A Pod created armed is arming too unless a judged owner accounts for it (class 2): a
 //     bare Pod, one controlled by a kind the guard does not judge, or by an owner that does not
 //     have its armed containers, gets the order check (a host-network one, whose hostname names no
 //     shard, is refused unless it sets its shard). An armed Pod whose own hostname gives its

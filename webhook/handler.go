@@ -134,7 +134,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	case isRBACKind(gvk) && h.Accounts != nil && req.SubResource == "" &&
 		(req.Operation == admissionv1.Update || req.Operation == admissionv1.Delete):
 		return h.handleRBAC(ctx, req, log, start)
-	case isStatefulSetScale(req):
+	case isScale(req):
 		return h.handleScale(ctx, req, log, start)
 	case gvk == gvkService && req.SubResource == "" && (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
 		return h.handleService(req, log, start)

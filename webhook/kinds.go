@@ -46,6 +46,9 @@ type PodSource struct {
 	// Reader is true when the guard watches objects of this kind as ConfigMap readers: every kind,
 	// since a container re-reads its ConfigMaps at every start (bare Pods and ReplicaSets too).
 	Reader bool
+	// Scale is true when the kind's replica count has a scale subresource (kubectl scale, an
+	// autoscaler), reviewed as the object scaled (scale.go).
+	Scale bool
 	// strip clears what judging a reader does not need (StripForReaders).
 	strip func(runtime.Object)
 }
@@ -84,7 +87,7 @@ var PodSources = []PodSource{
 			p := o.(*corev1.Pod)
 			p.ManagedFields, p.Status = nil, corev1.PodStatus{}
 		}},
-	{GVK: gvkStatefulSet, Resource: "statefulsets", New: func() runtime.Object { return &appsv1.StatefulSet{} },
+	{GVK: gvkStatefulSet, Resource: "statefulsets", Scale: true, New: func() runtime.Object { return &appsv1.StatefulSet{} },
 		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
 			s, ok := o.(*appsv1.StatefulSet)
 			if !ok {
@@ -98,7 +101,7 @@ var PodSources = []PodSource{
 			s.ManagedFields, s.Status = nil, appsv1.StatefulSetStatus{}
 			s.Spec.VolumeClaimTemplates = nil
 		}},
-	{GVK: gvkDeployment, Resource: "deployments", New: func() runtime.Object { return &appsv1.Deployment{} },
+	{GVK: gvkDeployment, Resource: "deployments", Scale: true, New: func() runtime.Object { return &appsv1.Deployment{} },
 		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
 			d, ok := o.(*appsv1.Deployment)
 			if !ok {
@@ -124,7 +127,7 @@ var PodSources = []PodSource{
 			d := o.(*appsv1.DaemonSet)
 			d.ManagedFields, d.Status = nil, appsv1.DaemonSetStatus{}
 		}},
-	{GVK: gvkReplicaSet, Resource: "replicasets", New: func() runtime.Object { return &appsv1.ReplicaSet{} },
+	{GVK: gvkReplicaSet, Resource: "replicasets", Scale: true, New: func() runtime.Object { return &appsv1.ReplicaSet{} },
 		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
 			r, ok := o.(*appsv1.ReplicaSet)
 			if !ok {
@@ -139,7 +142,7 @@ var PodSources = []PodSource{
 		},
 		// The Deployment controller copies its template and adds pod-template-hash.
 		ExemptBy: []Exemption{{Owner: gvkDeployment, AddedLabels: []string{"pod-template-hash"}}}},
-	{GVK: gvkRC, Resource: "replicationcontrollers", New: func() runtime.Object { return &corev1.ReplicationController{} },
+	{GVK: gvkRC, Resource: "replicationcontrollers", Scale: true, New: func() runtime.Object { return &corev1.ReplicationController{} },
 		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {
 			r, ok := o.(*corev1.ReplicationController)
 			if !ok {

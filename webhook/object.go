@@ -24,8 +24,8 @@ type Workload struct {
 	ResourceVersion string
 	// Pod describes the pod: for a Pod its own metadata and spec, for a workload its template.
 	Pod PodContext
-	// Replicas and OrdinalStart are set for a StatefulSet (replicas defaulted to 1 when unset):
-	// its pods are ordinals OrdinalStart .. OrdinalStart+Replicas-1.
+	// Replicas is set for the kinds with a replica count (defaulted to 1 when unset); for a
+	// StatefulSet, with OrdinalStart, its pods are ordinals OrdinalStart .. OrdinalStart+Replicas-1.
 	Replicas     int32
 	OrdinalStart int32
 	ServiceName  string
@@ -46,6 +46,10 @@ type Workload struct {
 	// ExemptBy, set on an exempt Pod, is its controller as the webhook fetched it: the Pod is
 	// accounted for only on the shards that owner was judged for (transition.go).
 	ExemptBy *Workload
+	// NoPods says why the object runs no pods now ("replicas: 0", "suspended"), "" while it runs
+	// them. Such an object arms no shard yet: starting to run pods is the transition the order
+	// check covers (transition.go), and as an owner it accounts for no child that runs them.
+	NoPods string
 	// Deleting is true once the object carries a deletionTimestamp.
 	Deleting bool
 	// Indexed is true for an Indexed Job (or a CronJob whose Jobs are): its controller gives each
@@ -144,19 +148,28 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 			Name: o.Name, UID: string(o.UID), Labels: o.Labels, Annotations: o.Annotations,
 		}}
 	case *appsv1.StatefulSet:
-		w.Replicas = 1
-		if o.Spec.Replicas != nil {
-			w.Replicas = *o.Spec.Replicas
-		}
+		w.setReplicas(o.Spec.Replicas)
 		if o.Spec.Ordinals != nil {
 			w.OrdinalStart = o.Spec.Ordinals.Start
 		}
 		w.ServiceName = o.Spec.ServiceName
+	case *appsv1.Deployment:
+		w.setReplicas(o.Spec.Replicas)
+	case *appsv1.ReplicaSet:
+		w.setReplicas(o.Spec.Replicas)
+	case *corev1.ReplicationController:
+		w.setReplicas(o.Spec.Replicas)
 	case *batchv1.Job:
 		w.Indexed = o.Spec.CompletionMode != nil && *o.Spec.CompletionMode == batchv1.IndexedCompletion
+		w.NoPods = jobRunsNoPods(&o.Spec, "")
 	case *batchv1.CronJob:
 		m := o.Spec.JobTemplate.Spec.CompletionMode
 		w.Indexed = m != nil && *m == batchv1.IndexedCompletion
+		if o.Spec.Suspend != nil && *o.Spec.Suspend {
+			w.NoPods = "suspended"
+		} else {
+			w.NoPods = jobRunsNoPods(&o.Spec.JobTemplate.Spec, "its Jobs are ")
+		}
 	}
 	w.Kind = gvk.Kind
 	if w.Namespace == "" {
@@ -183,6 +196,36 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 	}
 	w.Pod.Namespace = w.Namespace
 	return w, nil
+}
+
+// setReplicas records a replica count as the API server defaults it (1 when unset).
+func (w *Workload) setReplicas(n *int32) {
+	w.Replicas = 1
+	if n != nil {
+		w.Replicas = *n
+	}
+	w.NoPods = ""
+	if w.Replicas == 0 {
+		w.NoPods = "replicas: 0"
+	}
+}
+
+// ScaledTo is w with the replica count its scale subresource sets.
+func (w Workload) ScaledTo(n int32) *Workload {
+	w.setReplicas(&n)
+	return &w
+}
+
+// jobRunsNoPods says why a Job of spec starts no pods ("" when it does): the Job controller keeps
+// a suspended Job's pods at none, and a parallelism of 0 at none.
+func jobRunsNoPods(spec *batchv1.JobSpec, whose string) string {
+	switch {
+	case spec.Suspend != nil && *spec.Suspend:
+		return whose + "suspended"
+	case spec.Parallelism != nil && *spec.Parallelism == 0:
+		return whose + "of parallelism 0"
+	}
+	return ""
 }
 
 // decodeConfigMap decodes a ConfigMap as the API server does (case-sensitive field names).

@@ -28,12 +28,27 @@ func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 	if !sameTemplate(child.Pod, owner.Pod, ex.AddedLabels) {
 		return false, "its pod template is not this " + child.Kind + "'s, so it judged a different one"
 	}
+	if why := idleOwner(child, owner); why != "" {
+		return false, why
+	}
 	if child.Indexed != owner.Indexed {
 		// The completion mode names the pods (an Indexed Job's hostnames carry the index), so
 		// the same template runs as other shards: the CronJob was judged for its Jobs' mode.
 		return false, "its Jobs' completion mode is not this " + child.Kind + "'s, so it judged pods named otherwise"
 	}
 	return true, ""
+}
+
+// idleOwner says why owner cannot account for child ("" when it can): an owner that runs no pods
+// (a Deployment at replicas 0, a CronJob whose Jobs are suspended) was judged for no shard, so a
+// child that runs pods under it — a ReplicaSet scaled up by hand, a Job resumed, a Pod made in its
+// name — starts them on a judgement nobody made. Its controller scales or resumes a child only
+// after the owner itself was (and that was judged).
+func idleOwner(child, owner *Workload) string {
+	if owner.NoPods == "" || child.NoPods != "" {
+		return ""
+	}
+	return "it runs no pods (" + owner.NoPods + "), so it was judged for none"
 }
 
 // possibleName reports whether an object of a kind whose template the guard judges can have
@@ -67,6 +82,9 @@ func podExemptionHolds(p, owner *Workload, found, known bool) (bool, string) {
 	}
 	if !exemptingOwner(p.Kind, ref) || owner.Pod.Spec == nil || p.Pod.Spec == nil {
 		return false, "not a controller whose template the guard judges"
+	}
+	if why := idleOwner(p, owner); why != "" {
+		return false, why
 	}
 	ps, os := p.Pod.Spec, owner.Pod.Spec
 	for _, pair := range [][2][]corev1.Container{{ps.InitContainers, os.InitContainers}, {ps.Containers, os.Containers}} {

@@ -306,7 +306,7 @@ func TestPolicy(t *testing.T) {
 		{name: "ordinals start at 5", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) { s.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: 5} }},
 			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, msg: []string{"ehdb-shard-00000005 (shard 5)"}, lookups: -1},
 		{name: "zero replicas: no shard to check", sts: []func(*appsv1.StatefulSet){wt.Replicas(0)}, cluster: func(r *wt.Resolver) { clear(r.Leases) },
-			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+			allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"runs no pods"}, lookups: -1},
 		{name: "explicit shard 255", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "255")},
 			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, msg: []string{"ehdb-shard-000000ff (shard 255)"}, lookups: -1},
 		{name: "garbage shard stops the election: refused even without the order check", policy: &webhook.Policy{},

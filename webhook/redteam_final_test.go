@@ -340,6 +340,26 @@ func TestAScaleIsJudgedOnTheVersionItNames(t *testing.T) {
 			}
 		})
 	}
+
+	// A later version than the scale names (the set's controller wrote its status meanwhile) is
+	// judged: the API server admits the scale again over the version it is written on. Waiting
+	// for the exact version refused a correct scale-up of a freshly created Deployment under load.
+	t.Run("the watch holds a later version: judged on it", func(t *testing.T) {
+		later := armed.DeepCopy()
+		later.ResourceVersion = "43"
+		cluster := goodCluster()
+		for _, s := range []uint32{1, 2} {
+			cluster.Leases[lease(ns, s)] = wt.LiveLease(ns, s, now.Add(-5*time.Second), 1).Spec
+		}
+		h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true},
+			Workloads: &staleWatch{now: workload(t, gvkSTS, later)}, LookupTimeout: 300 * time.Millisecond, Clock: clocktesting.NewFakePassiveClock(now)}
+		srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+		t.Cleanup(srv.Close)
+		_, out, raw := post(t, srv.URL, "application/json", body)
+		if out.Response == nil || !out.Response.Allowed {
+			t.Fatalf("a correct scale-up, the watch one version ahead: %s", raw)
+		}
+	})
 }
 
 // A Pod's labels and annotations change after its creation, and the kubelet resolves a fieldRef to

@@ -97,7 +97,7 @@ func TestKindsAndPathsRedTeam(t *testing.T) {
 
 		// --- class 4: arming that adds shards -------------------------------------------------
 		{name: "an armed StatefulSet created with replicas 0 arms no shard", sts: []func(*appsv1.StatefulSet){wt.Replicas(0)},
-			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+			allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"runs no pods"}, lookups: -1},
 		{name: "replicas 0 -> 3 of an armed StatefulSet needs the new ordinals' Leases", sts: []func(*appsv1.StatefulSet){wt.Replicas(3)}, old: []func(*appsv1.StatefulSet){wt.Replicas(0)},
 			unmet: []webhook.Reason{webhook.ReasonLeaseNotLive}, msg: []string{"ehdb-shard-00000001 (shard 1) does not exist", "ehdb-shard-00000002 (shard 2) does not exist"}, lookups: -1},
 		{name: "scaling an armed StatefulSet up from 1 to 2 checks only the new ordinal", sts: []func(*appsv1.StatefulSet){wt.Replicas(2)}, old: []func(*appsv1.StatefulSet){wt.Replicas(1)},

@@ -33,7 +33,9 @@ func podHostname(w *Workload, ordinal int64) (host, unknown string) {
 		return "", "the pod uses the host network (spec.hostNetwork), so its hostname is the node's, which no object in the API decides before it is scheduled"
 	}
 	if s.HostnameOverride != nil && *s.HostnameOverride != "" {
-		return *s.HostnameOverride, ""
+		// Cut like any hostname: the API server accepts 64 characters here, the kubelet keeps 63
+		// (the fourth red team's "a"×61+"-10" ran as "…-1", another shard).
+		return cutHostname(*s.HostnameOverride), ""
 	}
 	subdomain := s.Subdomain
 	switch {
@@ -54,13 +56,20 @@ func podHostname(w *Workload, ordinal int64) (host, unknown string) {
 	default:
 		return "", "the pods of a " + w.Kind + " are named by its controller, so their hostname cannot be told"
 	}
-	if len(host) > maxHostnameLen {
-		host = strings.TrimRight(host[:maxHostnameLen], "-.")
-	}
+	host = cutHostname(host)
 	if s.SetHostnameAsFQDN != nil && *s.SetHostnameAsFQDN && subdomain != "" {
 		return "", "setHostnameAsFQDN makes the hostname end in the node's cluster domain, which the API does not hold"
 	}
 	return host, ""
+}
+
+// cutHostname is host as the kubelet sets it (truncatePodHostnameIfNeeded): at most 63
+// characters, then without a trailing '-' or '.'.
+func cutHostname(host string) string {
+	if len(host) > maxHostnameLen {
+		host = strings.TrimRight(host[:maxHostnameLen], "-.")
+	}
+	return host
 }
 
 // controllerSetKeys are the pod labels and annotations a controller of the given kind writes on

@@ -68,6 +68,8 @@ type shardKey struct {
 // meets the same check as arming by setting enforce.
 type orderScope struct {
 	applies bool
+	// idle, when set, is why the object runs no pods: it arms no shard until it does.
+	idle string
 	// beyondOwner, when set, is why an exempt Pod faces the check after all (beyondOwner).
 	beyondOwner string
 	full        bool              // a transition to armed: every shard
@@ -82,8 +84,16 @@ func orderScopeOf(in Input, cms, oldCMs ConfigMapSource, budget *Budget, p Polic
 		}
 		return orderScope{}
 	}
+	if in.Object.NoPods != "" {
+		// Nothing runs, so nothing is armed yet (a writer scaled to 0 has let its Lease expire,
+		// and editing it must not wait for one); starting to run pods is judged (below).
+		return orderScope{idle: in.Object.NoPods}
+	}
 	cms = oldCMs // from here on, only the old object is judged
-	if in.Operation != admissionv1.Update || in.Old == nil {
+	if in.Operation != admissionv1.Update || in.Old == nil || in.Old.NoPods != "" {
+		// An object that ran no pods ran no shard armed: scaled up from 0 or resumed, it arms
+		// every shard it will run (the third red team: a Deployment created at replicas 0 while
+		// its Lease was live, scaled up after the Lease died, was admitted as armed → armed).
 		return orderScope{applies: true, full: true}
 	}
 	before, wasArmed := map[shardKey]bool{}, false

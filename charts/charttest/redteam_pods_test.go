@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,37 +73,41 @@ func TestRedTeamWhatRuns(t *testing.T) {
 			return err == nil && len(ps.Items) == 2, nil
 		})
 		// An Indexed Job's Pod carries the JOB_COMPLETION_INDEX its controller adds: still its Job's,
-		// so exempt from the order check. Shard 5's Lease is live (2 s) when the suspended Job is
-		// armed, and has lapsed when the Job is resumed and its controller makes the Pod: only the
-		// exemption admits it.
+		// so exempt from the order check. Shard 5's Lease is live (3 s) when the Job is armed and
+		// its controller makes the Pod; once the Lease has lapsed the Pod is deleted, and only the
+		// exemption admits the replacement the controller makes (a crashed writer's).
 		l := wt.LiveLease(rt.ns, 5, time.Now(), 1)
-		l.Spec.LeaseDurationSeconds = ptr.To[int32](2)
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](3)
 		if _, err := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(rt.ns).Create(ctx, l, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		tpl := rt.writer("idx", wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "5")).Spec.Template
 		tpl.Spec.RestartPolicy = corev1.RestartPolicyNever
-		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "idx"}, Spec: batchv1.JobSpec{Suspend: ptr.To(true),
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "idx"}, Spec: batchv1.JobSpec{
 			CompletionMode: ptr.To(batchv1.IndexedCompletion), Completions: ptr.To[int32](1), Template: tpl}}
-		waitFor(t, 30*time.Second, "the armed, suspended Indexed Job of shard 5 admitted while its Lease is live", func(ctx context.Context) (bool, error) {
+		waitFor(t, 30*time.Second, "the armed Indexed Job of shard 5 admitted while its Lease is live", func(ctx context.Context) (bool, error) {
 			_, err := cs.BatchV1().Jobs(rt.ns).Create(ctx, j, metav1.CreateOptions{})
 			return err == nil, nil
+		})
+		var first *corev1.Pod
+		waitFor(t, 60*time.Second, "the Job controller's Pod of index 0", func(ctx context.Context) (bool, error) {
+			ps, err := cs.CoreV1().Pods(rt.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=idx"})
+			if err != nil || len(ps.Items) != 1 {
+				return false, nil
+			}
+			first = &ps.Items[0]
+			return true, nil
 		})
 		waitFor(t, 30*time.Second, "shard 5's Lease lapsed", func(ctx context.Context) (bool, error) {
 			_, err := cs.CoreV1().Pods(rt.ns).Create(ctx, podOf("lapsed-5"), dryRunCreate)
 			return err != nil, nil
 		})
-		job, err := cs.BatchV1().Jobs(rt.ns).Get(ctx, "idx", metav1.GetOptions{})
-		if err != nil {
+		if err := cs.CoreV1().Pods(rt.ns).Delete(ctx, first.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
 		}
-		job.Spec.Suspend = ptr.To(false)
-		if _, err := cs.BatchV1().Jobs(rt.ns).Update(ctx, job, metav1.UpdateOptions{}); err != nil {
-			t.Fatalf("resuming the Job: %v", err)
-		}
-		waitFor(t, 60*time.Second, "the Job controller's Pod of index 0", func(ctx context.Context) (bool, error) {
+		waitFor(t, 60*time.Second, "the Job controller's replacement Pod of index 0", func(ctx context.Context) (bool, error) {
 			ps, err := cs.CoreV1().Pods(rt.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=idx"})
-			return err == nil && len(ps.Items) == 1, nil
+			return err == nil && slices.ContainsFunc(ps.Items, func(p corev1.Pod) bool { return p.UID != first.UID && p.DeletionTimestamp == nil }), nil
 		})
 	})
 

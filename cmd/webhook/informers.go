@@ -368,7 +368,9 @@ var _ webhook.Owners = (*watches)(nil)
 // ago, and its controller is already creating the ReplicaSet or Job). Anything it cannot tell is
 // unknown, and an unknown owner exempts nothing. A cached object with another UID than the one
 // named is read again too: the name may have been deleted and created anew a moment ago (an
-// orphaning delete and re-create of a StatefulSet), and its controller already makes Pods.
+// orphaning delete and re-create of a StatefulSet), and its controller already makes Pods. So is a
+// cached owner that runs no pods (webhook.Workload.NoPods): it exempts no child that runs them,
+// and it may have been scaled up or resumed a moment ago, its controller already acting on it.
 func (w *watches) Owner(namespace string, ref metav1.OwnerReference) (*webhook.Workload, bool, bool) {
 	src, ok := webhook.SourceOfKind(ref.Kind)
 	if !ok || !src.Reader {
@@ -378,7 +380,7 @@ func (w *watches) Owner(namespace string, ref metav1.OwnerReference) (*webhook.W
 	if !known {
 		return nil, false, false
 	}
-	if !found || types.UID(wl.UID) != ref.UID {
+	if !found || types.UID(wl.UID) != ref.UID || wl.NoPods != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		obj, err := restClientFor(w.cs, src.GVK.Group).Get().Namespace(namespace).Resource(src.Resource).Name(ref.Name).Do(ctx).Get()

@@ -18,7 +18,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/internal/testcluster"
 	"github.com/noetl/ehdb-election/webhook"
@@ -199,5 +204,48 @@ func TestReviewsTrustOnlyHealthyReaderWatches(t *testing.T) {
 	}
 	if _, err := readers.UsersOf(webhook.AccountSelector{Namespace: ns, Name: "writer"}); err == nil {
 		t.Fatal("the pods watch broken: UsersOf answered")
+	}
+}
+
+// An owner the watch holds at replicas 0 exempts no child that runs pods (webhook.idleOwner), but
+// the Deployment controller scales its ReplicaSet up right after the Deployment itself was scaled
+// (and judged): a watch a moment behind would refuse that ReplicaSet. So a cached owner that runs
+// no pods is read again. Here the watch is stopped after it synced, so its copy stays at 0.
+func TestAnIdleOwnerIsReadAgain(t *testing.T) {
+	c := testcluster.ForTest(t)
+	ns := c.NewNamespace(t)
+	ctx := context.Background()
+	deps := c.Clientset().AppsV1().Deployments(ns)
+	labels := map[string]string{"app": "w"}
+	dep, err := deps.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "w"}, Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "w"}}}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWatches(c.Clientset(), nil, []string{ns}, false, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { _ = w.run(runCtx) }()
+	ref := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "w", UID: dep.UID, Controller: ptr.To(true)}
+	eventually(t, 10*time.Second, "the watch holds the Deployment", func() error {
+		if _, found, _ := w.Workload("deployments", ns, "w"); !found {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	stop()
+	if _, err := deps.UpdateScale(ctx, "w", &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns},
+		Spec: autoscalingv1.ScaleSpec{Replicas: 1}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if cached, _, _ := w.Workload("deployments", ns, "w"); cached.NoPods == "" {
+		t.Fatal("the stopped watch saw the scale-up: the test proves nothing")
+	}
+	owner, found, known := w.Owner(ns, ref)
+	if !found || !known || owner.NoPods != "" || owner.Replicas != 1 {
+		t.Fatalf("Owner = %+v, found=%v known=%v; want the Deployment as the API server holds it now (replicas 1)", owner, found, known)
 	}
 }

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"encoding/json"
+	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
@@ -385,14 +387,51 @@ func fuzzRules(b *fuzzBytes) []rbacv1.PolicyRule {
 	return rules
 }
 
-// scaleRequest is a StatefulSet's scale subresource changed from one replica count to another.
+// scaleRequest is the scale subresource of a kind with a replica count (StatefulSet, Deployment,
+// ReplicaSet, ReplicationController) changed from one replica count to another.
 func scaleRequest(b *fuzzBytes) *admissionv1.AdmissionRequest {
 	counts := []int32{0, 1, 3, 2147483647}
+	to, from := counts[b.pick(4)], counts[b.pick(4)]
+	res := fzScaled[b.pick(len(fzScaled))]
 	scale := func(n int32) *autoscalingv1.Scale {
 		return &autoscalingv1.Scale{TypeMeta: metav1.TypeMeta{APIVersion: "autoscaling/v1", Kind: "Scale"}, ObjectMeta: metav1.ObjectMeta{Name: wt.WriterName, Namespace: ns, UID: types.UID("u-sts")},
 			Spec: autoscalingv1.ScaleSpec{Replicas: n}}
 	}
-	return &admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}, Resource: metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"},
+	return &admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}, Resource: res,
 		SubResource: "scale", Operation: admissionv1.Update, Namespace: ns, Name: wt.WriterName,
-		Object: runtime.RawExtension{Object: scale(counts[b.pick(4)])}, OldObject: runtime.RawExtension{Object: scale(counts[b.pick(4)])}}
+		Object: runtime.RawExtension{Object: scale(to)}, OldObject: runtime.RawExtension{Object: scale(from)}}
+}
+
+// fzScaled are the resources whose scale subresource the guard reviews.
+var fzScaled = []metav1.GroupVersionResource{
+	{Group: "apps", Version: "v1", Resource: "statefulsets"}, {Group: "apps", Version: "v1", Resource: "deployments"},
+	{Group: "apps", Version: "v1", Resource: "replicasets"}, {Version: "v1", Resource: "replicationcontrollers"},
+}
+
+// fzScaleTargets is the bound cluster's watch of the scaled workloads: each resource's object
+// named as the reference writer is the compliant writer of that kind on shard 1, which has no
+// Lease, so any of them scaled up from 0 starts a shard whose election is not live.
+type fzScaleTargets map[string]*webhook.Workload
+
+func newScaleTargets(t testing.TB) fzScaleTargets {
+	out := fzScaleTargets{}
+	kinds := map[string]metav1.GroupVersionKind{"statefulsets": {Group: "apps", Version: "v1", Kind: "StatefulSet"}, "deployments": {Group: "apps", Version: "v1", Kind: "Deployment"},
+		"replicasets": {Group: "apps", Version: "v1", Kind: "ReplicaSet"}, "replicationcontrollers": {Version: "v1", Kind: "ReplicationController"}}
+	for res, kind := range kinds {
+		s := fzWriter(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "1"))...)
+		w, err := webhook.WorkloadOf(asKind(kind, s.Spec.Template.Spec, metav1.OwnerReference{}, nil), ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[res] = w
+	}
+	return out
+}
+
+func (f fzScaleTargets) Workload(resource, namespace, name string) (*webhook.Workload, bool, bool) {
+	w, ok := f[resource]
+	if !ok || namespace != ns || name != wt.WriterName {
+		return nil, false, ok
+	}
+	return w, true, true
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -77,10 +79,14 @@ func fuzzReviewInput(t testing.TB, empty, bound http.Handler, data []byte) {
 	}
 	// The bound cluster judges only changes of what its writer runs with; other bodies are not
 	// sent twice, so the work per input stays that of one review.
-	if !bytes.Contains(body, []byte("rbac.authorization.k8s.io")) && !bytes.Contains(body, []byte("ServiceAccount")) && !bytes.Contains(body, []byte("ConfigMap")) {
+	if !bytes.Contains(body, []byte("rbac.authorization.k8s.io")) && !bytes.Contains(body, []byte("ServiceAccount")) && !bytes.Contains(body, []byte("ConfigMap")) &&
+		!bytes.Contains(body, []byte("Scale")) {
 		return
 	}
 	if fuzzServe(t, bound, body) {
+		if scaleStartsADeadShard(body) {
+			t.Fatalf("a scale-up from 0 of an armed workload whose shard has no Lease allowed: %s", body)
+		}
 		if disarmsTheBoundWriter(body) {
 			t.Fatalf("a change that disarms the bound writer allowed: %s", body)
 		}
@@ -140,6 +146,8 @@ var fuzzReviewSeeds = []struct {
 	{"a ClusterRole edited", []byte{3, 0, 0, 0, 0, 0, 0, 3, 0, 1, 1, 1, 1, 1, 0}},
 	// scale: new replicas, old (0, 1, 3, 2^31-1)
 	{"a StatefulSet scaled from 1 to 3", []byte{4, 0, 0, 0, 0, 2, 1}},
+	{"a Deployment scaled from 0 to 1", []byte{4, 0, 0, 0, 0, 1, 0, 1}},
+	{"a ReplicationController scaled from 0 to 3", []byte{4, 0, 0, 0, 0, 2, 0, 3}},
 	// Raw bodies.
 	{"a raw armed Pod", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":{"spec":{"containers":[{"name":"w","env":[{"name":"NOETL_EHDB_FENCING","value":"enforce"}]}]}}}}`)},
 	{"a raw empty request", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`)},
@@ -220,7 +228,7 @@ func fuzzBoundHandler(t testing.TB) http.Handler {
 	c.RoleBindings = []rbacv1.RoleBinding{*roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA))}
 	users := fakeReaders(t, fuzzBoundWriter())
 	return webhook.NewHTTPHandler(&webhook.Handler{Resolver: c, Policy: webhook.Policy{RequireLiveLease: true, MaxShards: 4}, Clock: clocktesting.NewFakePassiveClock(now),
-		LookupTimeout: fuzzInputBudget, WorkBudget: fuzzWorkBudget, Log: logr.Discard(), Accounts: users, Readers: users})
+		LookupTimeout: fuzzInputBudget, WorkBudget: fuzzWorkBudget, Log: logr.Discard(), Accounts: users, Readers: users, Workloads: newScaleTargets(t)})
 }
 
 // The oracles below are independent of the guard's code: they decode the body as the API server
@@ -242,6 +250,21 @@ func decodeRequest(body []byte) *admissionv1.AdmissionRequest {
 		return nil
 	}
 	return rv.Request
+}
+
+// scaleStartsADeadShard: an UPDATE of the scale subresource of a kind with a replica count, from 0
+// (a Scale's replicas field is absent at 0) to more. In the bound cluster every such target is an
+// armed writer on shard 1, which has no Lease, or is not found: refused either way.
+func scaleStartsADeadShard(body []byte) bool {
+	r := decodeRequest(body)
+	if r == nil || r.SubResource != "scale" || r.Operation != admissionv1.Update || !slices.Contains(fzScaled, r.Resource) {
+		return false
+	}
+	var now, old autoscalingv1.Scale
+	if kjson.UnmarshalCaseSensitivePreserveInts(r.Object.Raw, &now) != nil || kjson.UnmarshalCaseSensitivePreserveInts(r.OldObject.Raw, &old) != nil {
+		return false
+	}
+	return old.Spec.Replicas == 0 && now.Spec.Replicas > 0
 }
 
 // literallyArmed: a CREATE of a judged kind, an UPDATE of a kind with a pod template, or an
@@ -484,14 +507,14 @@ func disarmsTheBoundWriter(body []byte) bool {
 		if !named(chartRole, r.OldObject.Raw) {
 			return false
 		}
-		was, ok := grantsTheWriter(r.OldObject.Raw)
+		was, ok := grantsTheWriter(r.OldObject.Raw, true)
 		if !ok || !was {
 			return false
 		}
 		if r.Operation == admissionv1.Delete {
 			return true
 		}
-		still, ok := grantsTheWriter(r.Object.Raw)
+		still, ok := grantsTheWriter(r.Object.Raw, false)
 		return ok && !still
 	}
 	return false
@@ -529,9 +552,13 @@ func bindsTheWriter(raw []byte) (binds, ok bool) {
 }
 
 // grantsTheWriter: raw is a Role whose rules may grant each of get, create and update on leases
-// (any rule naming the verb, or *, on coordination.k8s.io or *, leases or *, whatever its
-// resourceNames: an over-approximation, so "does not grant" is certain).
-func grantsTheWriter(raw []byte) (grants, ok bool) {
+// (any rule naming the verb, or *, on coordination.k8s.io or *, leases or *). With exact, only a
+// rule that names no resources counts: the bound cluster's authorizer grants the writer every
+// Lease (its SubjectAccessReviews ask without a name first), and a rule naming resources grants
+// only requests for those names (the authorizer's ResourceNameMatches), so "grants" means the
+// Role is what backs those answers. Without it, whatever its resourceNames: an over-approximation,
+// so "does not grant" is certain.
+func grantsTheWriter(raw []byte, exact bool) (grants, ok bool) {
 	var role rbacv1.Role
 	if len(raw) == 0 || kjson.UnmarshalCaseSensitivePreserveInts(raw, &role) != nil {
 		return false, false
@@ -547,7 +574,7 @@ func grantsTheWriter(raw []byte) (grants, ok bool) {
 	for _, verb := range []string{"get", "create", "update"} {
 		granted := false
 		for _, rule := range role.Rules {
-			granted = granted || (has(rule.APIGroups, "coordination.k8s.io") && has(rule.Resources, "leases") && has(rule.Verbs, verb))
+			granted = granted || (has(rule.APIGroups, "coordination.k8s.io") && has(rule.Resources, "leases") && has(rule.Verbs, verb) && (!exact || len(rule.ResourceNames) == 0))
 		}
 		if !granted {
 			return false, true

@@ -41,7 +41,7 @@
 //     scale-up). An object that runs no pods (Workload.NoPods: replicas 0, suspended, parallelism
 //     0) runs no shard, so nothing is armed until it starts them, and starting them — scaled up
 //     from 0, resumed — is the transition; as an owner it accounts for no child that runs pods
-//     (idleOwner). A Pod created armed is arming too unless a judged owner accounts for it (class 2): a
+//     (unjudgedOwner). A Pod created armed is arming too unless a judged owner accounts for it (class 2): a
 //     bare Pod, one controlled by a kind the guard does not judge, or by an owner that does not
 //     have its armed containers, gets the order check (a host-network one, whose hostname names no
 //     shard, is refused unless it sets its shard). An armed Pod whose own hostname gives its
@@ -94,7 +94,9 @@
 //     fetched it (with the UID the object names) and its pod template, which the guard judged, is
 //     semantically the object's, up to the labels the copy gains (a ReplicaSet's pod-template-hash;
 //     a Job's job-name and controller-uid). Otherwise, or when the owner cannot be fetched, the
-//     object is judged itself (owners.go). A Pod's owner (StatefulSet, ReplicaSet, DaemonSet, Job,
+//     object is judged itself (owners.go); so is one whose owner was not judged for what it runs
+//     (unjudgedOwner): an owner in deletion (its edits are admitted unjudged) or one that runs no
+//     pods while the object does. A Pod's owner (StatefulSet, ReplicaSet, DaemonSet, Job,
 //     ReplicationController) exempts it only when fetched with the UID named and every container of
 //     the Pod that can set the fencing variable is the template's container of that name with the
 //     same env and envFrom (the JOB_COMPLETION_INDEX an Indexed Job adds aside); sidecars that
@@ -129,7 +131,9 @@
 //     (rbac.go follows plugin/pkg/auth/authorizer/rbac), a deleted ServiceAccount is missing, one
 //     set to automountServiceAccountToken: false mounts no token. So RBAC no armed writer needs is
 //     admitted (a redundant binding, a shadow writer, a role without lease verbs) whoever created it,
-//     and the refusal gives the removal order. Bindings and roles are read fresh, never from a
+//     and the refusal gives the removal order. An UPDATE that removes the last finalizer of an
+//     object in deletion deletes it (completesDeletion), so it is judged as that DELETE, for
+//     ConfigMaps too. Bindings and roles are read fresh, never from a
 //     cache; cached "allowed" answers are dropped on any RBAC or ServiceAccount change the watches
 //     see (ForgetOnChange). A Role or RoleBinding can take access only in its own namespace, so
 //     only that access is judged. The guard's own access is kept (rbacself.go): while it serves, a

@@ -28,7 +28,7 @@ func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 	if !sameTemplate(child.Pod, owner.Pod, ex.AddedLabels) {
 		return false, "its pod template is not this " + child.Kind + "'s, so it judged a different one"
 	}
-	if why := idleOwner(child, owner); why != "" {
+	if why := unjudgedOwner(child, owner); why != "" {
 		return false, why
 	}
 	if child.Indexed != owner.Indexed {
@@ -39,16 +39,24 @@ func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 	return true, ""
 }
 
-// idleOwner says why owner cannot account for child ("" when it can): an owner that runs no pods
-// (a Deployment at replicas 0, a CronJob whose Jobs are suspended) was judged for no shard, so a
-// child that runs pods under it — a ReplicaSet scaled up by hand, a Job resumed, a Pod made in its
-// name — starts them on a judgement nobody made. Its controller scales or resumes a child only
-// after the owner itself was (and that was judged).
-func idleOwner(child, owner *Workload) string {
-	if owner.NoPods == "" || child.NoPods != "" {
-		return ""
+// unjudgedOwner says why owner cannot account for child ("" when it can), though it has the
+// child's template: the guard never judged that template for pods that run.
+//   - An owner in deletion: its edits are admitted unjudged (Decide: refusing one would hold a
+//     finalizer's removal), so one armed after its deletion began exempts nothing (the fifth red
+//     team: a ReplicaSet made by hand under such a Deployment, and its Pods, on a shard with no
+//     Lease). No built-in controller creates for an owner in deletion.
+//   - An owner that runs no pods (a Deployment at replicas 0, a CronJob whose Jobs are suspended)
+//     was judged for no shard, so a child that runs pods under it — a ReplicaSet scaled up by
+//     hand, a Job resumed, a Pod made in its name — starts them on a judgement nobody made. Its
+//     controller scales or resumes a child only after the owner itself was (and that was judged).
+func unjudgedOwner(child, owner *Workload) string {
+	switch {
+	case owner.Deleting:
+		return "it is being deleted, and the guard does not judge an object in deletion"
+	case owner.NoPods != "" && child.NoPods == "":
+		return "it runs no pods (" + owner.NoPods + "), so it was judged for none"
 	}
-	return "it runs no pods (" + owner.NoPods + "), so it was judged for none"
+	return ""
 }
 
 // possibleName reports whether an object of a kind whose template the guard judges can have
@@ -83,7 +91,7 @@ func podExemptionHolds(p, owner *Workload, found, known bool) (bool, string) {
 	if !exemptingOwner(p.Kind, ref) || owner.Pod.Spec == nil || p.Pod.Spec == nil {
 		return false, "not a controller whose template the guard judges"
 	}
-	if why := idleOwner(p, owner); why != "" {
+	if why := unjudgedOwner(p, owner); why != "" {
 		return false, why
 	}
 	ps, os := p.Pod.Spec, owner.Pod.Spec

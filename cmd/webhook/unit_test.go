@@ -207,7 +207,7 @@ func TestReviewsTrustOnlyHealthyReaderWatches(t *testing.T) {
 	}
 }
 
-// An owner the watch holds at replicas 0 exempts no child that runs pods (webhook.idleOwner), but
+// An owner the watch holds at replicas 0 exempts no child that runs pods (webhook.unjudgedOwner), but
 // the Deployment controller scales its ReplicaSet up right after the Deployment itself was scaled
 // (and judged): a watch a moment behind would refuse that ReplicaSet. So a cached owner that runs
 // no pods is read again. Here the watch is stopped after it synced, so its copy stays at 0.

@@ -332,6 +332,14 @@ ehdb-election.cel.changed: the field given differs between oldObject and object 
 {{- end }}
 
 {{/*
+ehdb-election.cel.completesDeletion: an UPDATE that removes the last finalizer of an object in
+deletion, which deletes it (the API server's ShouldDeleteDuringUpdate): judged as that DELETE.
+*/}}
+{{- define "ehdb-election.cel.completesDeletion" -}}
+(request.operation == 'UPDATE' && has(oldObject.metadata.deletionTimestamp) && (!has(object.metadata.finalizers) || size(object.metadata.finalizers) == 0))
+{{- end }}
+
+{{/*
 ehdb-election.cel.tokenTurnedOff: a ServiceAccount UPDATE that sets automountServiceAccountToken to false.
 */}}
 {{- define "ehdb-election.cel.tokenTurnedOff" -}}

@@ -1,0 +1,127 @@
+package webhook_test
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
+)
+
+// The fifth red team (issue 17) on the local control plane.
+
+// An owner exempts only through a template the guard judged. An object in deletion is not judged
+// (its edits are admitted, so a finalizer's removal cannot be held), so one armed after its
+// deletion began — its template edited while a finalizer holds it — exempts nothing: a
+// ReplicaSet made by hand naming it (no built-in controller acts for an owner in deletion) and its
+// Pods were admitted with the order check skipped on a shard with no Lease.
+func TestAnOwnerInDeletionExemptsNothing(t *testing.T) {
+	cluster := goodCluster()
+	clear(cluster.Leases)
+	tpl := deployment(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...)).Spec.Template
+	deleting := func(obj metav1.Object) { obj.SetDeletionTimestamp(ptr.To(metav1.Now())); obj.SetFinalizers([]string{"example.com/hold"}) }
+	dep := &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns, UID: "dep-uid"}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Template: *tpl.DeepCopy()}}
+	deleting(dep)
+	rsTpl := tpl.DeepCopy()
+	rsTpl.Labels["pod-template-hash"] = "5d9c7b8f6"
+	rs := &appsv1.ReplicaSet{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: "w-x", Namespace: ns, UID: "rs-uid", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "apps/v1", Kind: "Deployment", Name: "w", UID: "dep-uid", Controller: ptr.To(true)}}},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Template: *rsTpl}}
+	deletingRS := rs.DeepCopy()
+	deleting(deletingRS)
+	pod := barePod(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...), "w-x-abcde")
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "w-x", UID: "rs-uid", Controller: ptr.To(true)}}
+	for _, tc := range []struct {
+		name   string
+		owners map[string]runtime.Object
+		kind   metav1.GroupVersionKind
+		obj    runtime.Object
+	}{
+		{"a ReplicaSet naming a Deployment in deletion", map[string]runtime.Object{"Deployment/" + ns + "/w": dep}, metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}, rs},
+		{"a Pod naming a ReplicaSet in deletion", map[string]runtime.Object{"ReplicaSet/" + ns + "/w-x": deletingRS}, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, saAdmitted(pod)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: fakeOwners{owners: tc.owners}}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, tc.kind, tc.obj, nil))
+			if out.Response == nil || out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "ehdb-shard-00000000 (shard 0) does not exist") {
+				t.Fatalf("want the order check: %s", raw)
+			}
+		})
+	}
+}
+
+// A deletion finishes when the last finalizer of an object in deletion is removed: an UPDATE, which
+// the guard judged as an update (no change of rules, subjects or data), so a RoleBinding, a
+// ServiceAccount or a ConfigMap put in deletion while nothing armed used it, then used by an armed
+// writer, was removed from under it. Such an UPDATE is judged as the DELETE it completes.
+func TestTheUpdateThatCompletesADeletionIsJudgedAsTheDelete(t *testing.T) {
+	armed := sts(compliant()...)
+	electionFrom := sts(append(compliant(), unsetEnv("NOETL_EHDB_ELECTION"), envVar(cmKey("NOETL_EHDB_ELECTION", "elect", "on", true)))...)
+	inDeletion := func(o metav1.Object, finalizers ...string) {
+		o.SetDeletionTimestamp(ptr.To(metav1.Now()))
+		o.SetFinalizers(finalizers)
+	}
+	rb := func(finalizers ...string) *rbacv1.RoleBinding {
+		b := roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA))
+		inDeletion(b, finalizers...)
+		return b
+	}
+	sa := func(finalizers ...string) *corev1.ServiceAccount {
+		s := &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: wt.WriterSA, Namespace: ns}}
+		inDeletion(s, finalizers...)
+		return s
+	}
+	cm := func(finalizers ...string) *corev1.ConfigMap {
+		c := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "elect", Namespace: ns}, Data: map[string]string{"on": "true"}}
+		inDeletion(c, finalizers...)
+		return c
+	}
+	const hold = "example.com/hold"
+	for _, tc := range []struct {
+		name     string
+		readers  []any
+		kind     metav1.GroupVersionKind
+		objName  string
+		obj, old runtime.Object
+		allowed  bool
+		msg      string
+	}{
+		{"the last finalizer of the writer's RoleBinding removed", []any{armed}, rbKind, chartRole, rb(), rb(hold), false, "refusing to disarm"},
+		{"the last finalizer of the writer's ServiceAccount removed", []any{armed}, saGVK, wt.WriterSA, sa(), sa(hold), false, "refusing to disarm"},
+		{"a finalizer of the writer's RoleBinding removed, another kept", []any{armed}, rbKind, chartRole, rb("other"), rb(hold, "other"), true, ""},
+		{"the last finalizer of a RoleBinding no armed writer needs removed", []any{sts(append(compliant(), wt.SetEnv("NOETL_EHDB_FENCING", "shadow"))...)}, rbKind, chartRole, rb(), rb(hold), true, ""},
+		{"the last finalizer of the ConfigMap the writer's election reads removed", []any{electionFrom}, cmGVK, "elect", cm(), cm(hold), false, "election is not enabled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := rbacCluster()
+			cluster.ConfigMaps = map[string]map[string]string{"elect": {"on": "true"}}
+			readers := fakeReaders(t, tc.readers...)
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: readers, Readers: readers, Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, admissionv1.Update, tc.kind, tc.objName, tc.obj, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Fatalf("want %q: %s", tc.msg, raw)
+			}
+		})
+	}
+}
+
+var cmGVK = metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}

@@ -29,7 +29,10 @@ func TestAnOwnerInDeletionExemptsNothing(t *testing.T) {
 	cluster := goodCluster()
 	clear(cluster.Leases)
 	tpl := deployment(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...)).Spec.Template
-	deleting := func(obj metav1.Object) { obj.SetDeletionTimestamp(ptr.To(metav1.Now())); obj.SetFinalizers([]string{"example.com/hold"}) }
+	deleting := func(obj metav1.Object) {
+		obj.SetDeletionTimestamp(ptr.To(metav1.Now()))
+		obj.SetFinalizers([]string{"example.com/hold"})
+	}
 	dep := &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns, UID: "dep-uid"}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Template: *tpl.DeepCopy()}}
 	deleting(dep)

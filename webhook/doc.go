@@ -41,7 +41,9 @@
 //     scale-up). An object that runs no pods (Workload.NoPods: replicas 0, suspended, parallelism
 //     0) runs no shard, so nothing is armed until it starts them, and starting them — scaled up
 //     from 0, resumed — is the transition; as an owner it accounts for no child that runs pods
-//     (unjudgedOwner). A Pod created armed is arming too unless a judged owner accounts for it (class 2): a
+//     (unjudgedOwner). A paused Deployment runs only the ReplicaSets it has (its controller makes
+//     none for its template), so a resume is judged against the shards they run (resume.go).
+//     A Pod created armed is arming too unless a judged owner accounts for it (class 2): a
 //     bare Pod, one controlled by a kind the guard does not judge, or by an owner that does not
 //     have its armed containers, gets the order check (a host-network one, whose hostname names no
 //     shard, is refused unless it sets its shard). An armed Pod whose own hostname gives its

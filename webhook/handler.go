@@ -180,6 +180,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 			in.Old = old
 		}
 	}
+	h.noteRunning(in)
 
 	// The ConfigMaps the review reads: only the keys its containers can make matter, charged to
 	// the process's budget until the review is answered (configmapread.go).

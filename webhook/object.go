@@ -50,6 +50,11 @@ type Workload struct {
 	// them. Such an object arms no shard yet: starting to run pods is the transition the order
 	// check covers (transition.go), and as an owner it accounts for no child that runs them.
 	NoPods string
+	// Paused is a Deployment's spec.paused. Running, known when RunningKnown, is what a paused
+	// Deployment runs: its ReplicaSets with pods (resume.go).
+	Paused       bool
+	Running      []*Workload
+	RunningKnown bool
 	// Deleting is true once the object carries a deletionTimestamp.
 	Deleting bool
 	// Indexed is true for an Indexed Job (or a CronJob whose Jobs are): its controller gives each
@@ -155,6 +160,7 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 		w.ServiceName = o.Spec.ServiceName
 	case *appsv1.Deployment:
 		w.setReplicas(o.Spec.Replicas)
+		w.Paused = o.Spec.Paused
 	case *appsv1.ReplicaSet:
 		w.setReplicas(o.Spec.Replicas)
 	case *corev1.ReplicationController:

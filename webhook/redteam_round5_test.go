@@ -11,6 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -128,3 +129,85 @@ func TestTheUpdateThatCompletesADeletionIsJudgedAsTheDelete(t *testing.T) {
 }
 
 var cmGVK = metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+
+// ownedWatch is a Workloads that also lists an owner's ReplicaSets.
+type ownedWatch struct{ owned []runtime.Object }
+
+func (ownedWatch) Workload(_, _, _ string) (*webhook.Workload, bool, bool) { return nil, false, true }
+
+func (o ownedWatch) OwnedBy(resource, namespace string, owner types.UID) ([]*webhook.Workload, bool) {
+	var out []*webhook.Workload
+	for _, obj := range o.owned {
+		w, err := webhook.WorkloadOf(obj, namespace)
+		if err == nil && w.ControllerRef != nil && w.ControllerRef.UID == owner {
+			out = append(out, w)
+		}
+	}
+	return out, true
+}
+
+// A paused Deployment's controller makes no ReplicaSet for its template (deployment sync.go), so
+// its pods start when it is resumed: created paused while its Lease was live, resumed after the
+// Lease died, it was admitted armed→armed and its pods ran on a dead election (the fifth red
+// team; also a paused Deployment moved to another shard). The resume is judged against what the
+// Deployment runs then — its ReplicaSets that have pods — so pausing, fixing and resuming a
+// writer whose shard is down (its replacement's own) stays open.
+func TestAResumedDeploymentIsJudgedOnWhatItRan(t *testing.T) {
+	cluster := goodCluster()
+	clear(cluster.Leases)
+	onShard := func(shard string, edit func(*appsv1.StatefulSet)) corev1.PodTemplateSpec {
+		opts := append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", shard))
+		if edit != nil {
+			opts = append(opts, edit)
+		}
+		return deployment(sts(opts...)).Spec.Template
+	}
+	dep := func(paused bool, tpl corev1.PodTemplateSpec) *appsv1.Deployment {
+		return &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+			ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns, UID: "dep-uid"}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Paused: paused, Template: tpl}}
+	}
+	rsOf := func(tpl corev1.PodTemplateSpec, n int32) *appsv1.ReplicaSet {
+		t := tpl.DeepCopy()
+		t.Labels["pod-template-hash"] = "h"
+		return &appsv1.ReplicaSet{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
+			ObjectMeta: metav1.ObjectMeta{Name: "w-h", Namespace: ns, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "Deployment", Name: "w", UID: "dep-uid", Controller: ptr.To(true)}}},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(n), Template: *t}}
+	}
+	logLevel := func(s *appsv1.StatefulSet) { wt.SetEnv("LOG_LEVEL", "debug")(s) }
+	depKind := metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+	for _, tc := range []struct {
+		name      string
+		workloads webhook.Workloads
+		old, now  *appsv1.Deployment
+		allowed   bool
+		msg       string
+	}{
+		{"created paused, resumed after its Lease died (no ReplicaSet yet)", ownedWatch{},
+			dep(true, onShard("7", nil)), dep(false, onShard("7", nil)), false, "ehdb-shard-00000007 (shard 7) does not exist"},
+		{"paused and moved to another shard, resumed after that shard's Lease died", ownedWatch{[]runtime.Object{rsOf(onShard("7", nil), 1)}},
+			dep(true, onShard("8", nil)), dep(false, onShard("8", nil)), false, "ehdb-shard-00000008 (shard 8) does not exist"},
+		{"paused, its ReplicaSet of another shard at 0, resumed", ownedWatch{[]runtime.Object{rsOf(onShard("8", nil), 0)}},
+			dep(true, onShard("8", nil)), dep(false, onShard("8", nil)), false, "ehdb-shard-00000008 (shard 8) does not exist"},
+		{"paused, what it runs unknown (no watch of its ReplicaSets), resumed", nil,
+			dep(true, onShard("7", nil)), dep(false, onShard("7", nil)), false, "ehdb-shard-00000007 (shard 7) does not exist"},
+		// The way out of an outage stays open: its pods already run armed on that shard.
+		{"paused, fixed, resumed while its shard is down", ownedWatch{[]runtime.Object{rsOf(onShard("7", nil), 1)}},
+			dep(true, onShard("7", logLevel)), dep(false, onShard("7", logLevel)), true, ""},
+		{"paused and resumed unchanged while its shard is down", ownedWatch{[]runtime.Object{rsOf(onShard("7", nil), 1)}},
+			dep(true, onShard("7", nil)), dep(false, onShard("7", nil)), true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Workloads: tc.workloads}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Update, depKind, tc.now, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Fatalf("want %q: %s", tc.msg, raw)
+			}
+		})
+	}
+}

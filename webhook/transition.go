@@ -96,23 +96,40 @@ func orderScopeOf(in Input, cms, oldCMs ConfigMapSource, budget *Budget, p Polic
 		// its Lease was live, scaled up after the Lease died, was admitted as armed → armed).
 		return orderScope{applies: true, full: true}
 	}
+	ran := []*Workload{in.Old}
+	if resumes(in) {
+		// A resumed Deployment starts its template's pods: it ran only its ReplicaSets' (resume.go).
+		if !in.Old.RunningKnown {
+			return orderScope{applies: true, full: true}
+		}
+		ran = in.Old.Running
+	}
 	before, wasArmed := map[shardKey]bool{}, false
-	for _, v := range view(in.Old, cms, budget) {
-		if !v.armed || v.unknowable {
-			continue
-		}
-		wasArmed = true
-		ev := judgeElection(in.Old, v.env, p.maxShards())
-		if ev.namespace.Known() && ev.shardProblem == "" && ev.tooMany == 0 {
-			for _, s := range ev.shards {
-				before[shardKey{ev.namespace.Text, s}] = true
-			}
-		}
+	for _, w := range ran {
+		wasArmed = armedShards(w, cms, budget, p, before) || wasArmed
 	}
 	if !wasArmed {
 		return orderScope{applies: true, full: true}
 	}
 	return orderScope{applies: true, before: before}
+}
+
+// armedShards adds to into the shards w runs armed and reports whether it runs any container
+// armed (one whose shard cannot be told adds none).
+func armedShards(w *Workload, cms ConfigMapSource, budget *Budget, p Policy, into map[shardKey]bool) (armed bool) {
+	for _, v := range view(w, cms, budget) {
+		if !v.armed || v.unknowable {
+			continue
+		}
+		armed = true
+		ev := judgeElection(w, v.env, p.maxShards())
+		if ev.namespace.Known() && ev.shardProblem == "" && ev.tooMany == 0 {
+			for _, s := range ev.shards {
+				into[shardKey{ev.namespace.Text, s}] = true
+			}
+		}
+	}
+	return armed
 }
 
 // added returns the shards of ns the order check covers.

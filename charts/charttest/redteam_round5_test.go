@@ -140,4 +140,51 @@ func TestRedTeamRound5(t *testing.T) {
 				return err
 			})
 	})
+
+	t.Run("a Deployment resumed after its Lease died", func(t *testing.T) {
+		deps := cs.AppsV1().Deployments(rt.ns)
+		// Shards 7 and 9 live for 3 s each: one Deployment created paused, one rolled out and
+		// then paused; both resumed after the Leases died.
+		for _, shard := range []uint32{7, 9} {
+			l := wt.LiveLease(rt.ns, shard, time.Now(), 1)
+			l.Spec.LeaseDurationSeconds = ptr.To[int32](3)
+			if _, err := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(rt.ns).Create(ctx, l, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		died := time.Now().Add(4 * time.Second)
+		mk := func(name, shard string, paused bool) *appsv1.Deployment {
+			s := rt.writer(name, wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", shard))
+			d, err := deps.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1), Paused: paused, Selector: s.Spec.Selector, Template: s.Spec.Template}}, metav1.CreateOptions{})
+			admitted(t, "Deployment "+name+" while its Lease is live", err)
+			return d
+		}
+		created, rolled := mk("paused", "7", true), mk("rolled", "9", false)
+		if created == nil || rolled == nil {
+			return
+		}
+		waitFor(t, 60*time.Second, "rolled's ReplicaSet with a replica", func(ctx context.Context) (bool, error) {
+			d, err := deps.Get(ctx, "rolled", metav1.GetOptions{})
+			return err == nil && d.Status.Replicas == 1, nil
+		})
+		setPaused := func(name string, paused bool, opts metav1.UpdateOptions) error {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				d, err := deps.Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				d.Spec.Paused = paused
+				_, err = deps.Update(ctx, d, opts)
+				return err
+			})
+		}
+		admitted(t, "rolled paused", setPaused("rolled", true, metav1.UpdateOptions{}))
+		time.Sleep(time.Until(died))
+		refused(t, "the Deployment created paused, resumed after its Lease died", setPaused("paused", false, dryUpdate), "ehdb-shard-00000007 (shard 7)")
+		// Its pods already run armed on that shard: resuming it is no arming.
+		waitFor(t, 30*time.Second, "the resume of rolled admitted (its ReplicaSet in the webhook's watch)", func(ctx context.Context) (bool, error) {
+			return setPaused("rolled", false, dryUpdate) == nil, nil
+		})
+	})
 }

@@ -469,6 +469,42 @@ func (w *watches) Workload(resource, namespace, name string) (*webhook.Workload,
 	return wl, true, true
 }
 
+var _ webhook.OwnedWorkloads = (*watches)(nil)
+
+// OwnedBy implements webhook.OwnedWorkloads from the reader watches: the objects of resource in
+// namespace whose controller has the UID owner (a paused Deployment's ReplicaSets, when it is
+// resumed). known is false when the kind is not watched there or its watch is not trusted.
+func (w *watches) OwnedBy(resource, namespace string, owner types.UID) ([]*webhook.Workload, bool) {
+	scopes := w.byKind[resource]
+	x, ok := scopes[namespace]
+	if !ok {
+		if x, ok = scopes[""]; !ok {
+			return nil, false
+		}
+	}
+	if x.trusted() != nil {
+		return nil, false
+	}
+	var out []*webhook.Workload
+	for _, obj := range x.informer.GetStore().List() {
+		o, ok := obj.(metav1.Object)
+		if !ok || o.GetNamespace() != namespace {
+			continue
+		}
+		if ref := metav1.GetControllerOfNoCopy(o); ref == nil || ref.UID != owner {
+			continue
+		}
+		ro, ok := obj.(runtime.Object)
+		if !ok {
+			continue
+		}
+		if wl, err := webhook.WorkloadOf(ro.DeepCopyObject(), namespace); err == nil {
+			out = append(out, wl)
+		}
+	}
+	return out, true
+}
+
 var _ webhook.RenewalClock = (*watches)(nil)
 
 // noteRenewal records, on this process's clock, a Lease update whose renewTime changed (the

@@ -2,7 +2,6 @@ package charttest
 
 import (
 	"context"
-	"k8s.io/client-go/util/retry"
 	"testing"
 	"time"
 
@@ -46,45 +45,47 @@ func TestRedTeamOwnerExemptions(t *testing.T) {
 	})
 
 	t.Run("the ReplicaSet the Deployment controller makes from a judged template stays exempt", func(t *testing.T) {
-		// Paused, the Deployment controller makes no ReplicaSet yet.
 		d := asDeployment("armed", rt.writer("armed", wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0")))
-		d.Spec.Paused = true
 		var err error
 		waitFor(t, 30*time.Second, "the armed Deployment admitted with shard 0 live", func(ctx context.Context) (bool, error) {
 			_, err = deployments.Create(ctx, d, metav1.CreateOptions{})
 			return err == nil, nil
 		})
-		// The shard's election stops (its writer releases the Lease): judged itself, the
-		// ReplicaSet would now fail the order check.
+		got, err := deployments.Get(ctx, "armed", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		owned := func(ctx context.Context) (*appsv1.ReplicaSet, error) {
+			list, err := replicaSets.List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			for i := range list.Items {
+				if ref := metav1.GetControllerOf(&list.Items[i]); ref != nil && ref.UID == got.UID && list.Items[i].DeletionTimestamp == nil {
+					return &list.Items[i], nil
+				}
+			}
+			return nil, nil
+		}
+		var first *appsv1.ReplicaSet
+		waitFor(t, 60*time.Second, "the Deployment controller's ReplicaSet", func(ctx context.Context) (bool, error) {
+			first, err = owned(ctx)
+			return first != nil, err
+		})
+		// The shard's election stops (its writer releases the Lease): judged itself, a ReplicaSet
+		// would now fail the order check. The ReplicaSet is deleted, and the Deployment
+		// controller makes it again, as after any loss of it: only the exemption admits it.
 		lease.Spec.HolderIdentity = ptr.To("")
 		writer := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer")
 		if _, err := writer.CoordinationV1().Leases(rt.ns).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		// The Deployment controller writes its status meanwhile: a conflict is retried, a refusal is not.
-		var got *appsv1.Deployment
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var err error
-			if got, err = deployments.Get(ctx, "armed", metav1.GetOptions{}); err != nil {
-				return err
-			}
-			got.Spec.Paused = false
-			_, err = deployments.Update(ctx, got, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
-			t.Fatalf("unpausing (armed before and after, no shard added): %v", err)
+		if err := replicaSets.Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		waitFor(t, 60*time.Second, "the Deployment controller's ReplicaSet admitted", func(ctx context.Context) (bool, error) {
-			list, err := replicaSets.List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, err
-			}
-			for _, rs := range list.Items {
-				if ref := metav1.GetControllerOf(&rs); ref != nil && ref.UID == got.UID {
-					return true, nil
-				}
-			}
-			return false, nil
+		waitFor(t, 60*time.Second, "the Deployment controller's new ReplicaSet admitted", func(ctx context.Context) (bool, error) {
+			rs, err := owned(ctx)
+			return rs != nil && rs.UID != first.UID, err
 		})
 	})
 }

@@ -237,15 +237,42 @@ func (c *Cluster) startLocal(ctx context.Context, bins string, opts Options) err
 	if err := c.StartAPIServer(ctx); err != nil {
 		return err
 	}
-	if err := c.kcm.Start(); err != nil {
-		return err
+	return c.startControllerManager(ctx)
+}
+
+// startControllerManager starts kube-controller-manager and waits until it writes. Its port was
+// free when picked, seconds before: the API server's and etcd's connections (and other clusters'
+// on this machine) draw from the same ephemeral range, and a fresh-clone CI once lost the race
+// ("bind: address already in use"). Nothing else uses that port, so it is picked again and the
+// start retried.
+func (c *Cluster) startControllerManager(ctx context.Context) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if attempt > 0 {
+			ports, perr := childproc.FreePorts(1)
+			if perr != nil {
+				return perr
+			}
+			for i, a := range c.kcm.Args {
+				if strings.HasPrefix(a, "--secure-port=") {
+					c.kcm.Args[i] = "--secure-port=" + strconv.Itoa(ports[0])
+				}
+			}
+		}
+		if err = c.kcm.Start(); err != nil {
+			return err
+		}
+		// The default ServiceAccount appearing proves the controller-manager runs and can write:
+		// Pods need it to pass ServiceAccount admission.
+		err = c.waitFor(ctx, c.kcm, 60*time.Second, func(ctx context.Context) (bool, error) {
+			_, err := c.clientset.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+			return err == nil, nil
+		})
+		if err == nil || !c.kcm.Exited() || !strings.Contains(c.kcm.LogTail(5), "address already in use") {
+			return err
+		}
 	}
-	// The default ServiceAccount appearing proves the controller-manager runs and can write:
-	// Pods need it to pass ServiceAccount admission.
-	return c.waitFor(ctx, c.kcm, 60*time.Second, func(ctx context.Context) (bool, error) {
-		_, err := c.clientset.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	})
+	return err
 }
 
 // StartAPIServer (re)starts kube-apiserver on its port and waits until it is ready. Tests use it

@@ -43,6 +43,12 @@ func view(w *Workload, cms ConfigMapSource, budget *Budget) []containerView {
 				if strings.EqualFold(strings.TrimSpace(v.Text), "enforce") {
 					cv.armed = true
 					cv.why = fmt.Sprintf("%s=%q", EnvFencing, v.Text)
+					if v.Read {
+						// A review is answered to whoever sends it: no ConfigMap value is quoted,
+						// not even one that says enforce in its own case and spacing (the sixth
+						// red team).
+						cv.why = EnvFencing + "=enforce (read from a ConfigMap, up to case and spaces)"
+					}
 				}
 			case len(v.Unknown.Pending) > 0:
 				cv.pending = v.Unknown.Pending

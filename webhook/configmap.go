@@ -78,7 +78,7 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 		// the watch's object is shared).
 		cp := *w
 		w = &cp
-		h.verifyOwner(w)
+		h.verifyOwner(w, false)
 		load := newReviewLoad(start, w)
 		d, n := Evaluate(withReviewLoad(ctx, load), h.Resolver, Input{Operation: admissionv1.Update, Object: w, Old: w, ConfigMapChange: change, Budget: NewBudget(h.WorkBudget)}, h.Policy, h.now())
 		load.release()
@@ -158,7 +158,9 @@ func requiresConfigMap(w *Workload, name string) bool {
 // judgedThroughController drops the readers whose controller is itself among the readers and runs
 // them from the same environment: the controller's judgement is theirs (a StatefulSet's Pods, a
 // Deployment's ReplicaSets and their Pods), so one change read by a set of many replicas is judged
-// once per template, not once per Pod. A reader whose controller is absent, or differs, stays.
+// once per template, not once per Pod. A reader whose controller is absent, or differs, or was not
+// judged for it (in deletion, running no pods, a Pod not as its controller makes them:
+// madeByOwner), stays.
 func judgedThroughController(readers []*Workload) []*Workload {
 	byUID := map[string]*Workload{}
 	for _, w := range readers {
@@ -176,7 +178,7 @@ func judgedThroughController(readers []*Workload) []*Workload {
 			return false
 		}
 		if w.Kind == gvkPod.Kind {
-			return sameEnvironment(w, owner)
+			return sameEnvironment(w, owner) && madeByOwner(w, owner)
 		}
 		held, _ := exemptionHolds(w, owner, true, true)
 		return held

@@ -172,7 +172,14 @@ var PodSources = []PodSource{
 		ExemptBy: []Exemption{{Owner: gvkCronJob, AddedLabels: []string{"batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid", "job-name", "controller-uid"}}},
 		strip: func(o runtime.Object) {
 			j := o.(*batchv1.Job)
-			j.ManagedFields, j.Status = nil, batchv1.JobStatus{}
+			// A finished Job makes no pods (Workload.NoPods): its final condition is kept.
+			var final []batchv1.JobCondition
+			for _, c := range j.Status.Conditions {
+				if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+					final = append(final, batchv1.JobCondition{Type: c.Type, Status: c.Status})
+				}
+			}
+			j.ManagedFields, j.Status = nil, batchv1.JobStatus{Conditions: final}
 		}},
 	{GVK: gvkCronJob, Resource: "cronjobs", New: func() runtime.Object { return &batchv1.CronJob{} },
 		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {

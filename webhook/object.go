@@ -168,6 +168,9 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 	case *batchv1.Job:
 		w.Indexed = o.Spec.CompletionMode != nil && *o.Spec.CompletionMode == batchv1.IndexedCompletion
 		w.NoPods = jobRunsNoPods(&o.Spec, "")
+		if jobFinished(&o.Status) {
+			w.NoPods = "finished"
+		}
 	case *batchv1.CronJob:
 		m := o.Spec.JobTemplate.Spec.CompletionMode
 		w.Indexed = m != nil && *m == batchv1.IndexedCompletion
@@ -232,6 +235,17 @@ func jobRunsNoPods(spec *batchv1.JobSpec, whose string) string {
 		return whose + "of parallelism 0"
 	}
 	return ""
+}
+
+// jobFinished reports whether a Job has finished (a Complete or Failed condition that is true): the
+// Job controller never acts on a finished Job again (its syncJob returns early), so it makes no pod.
+func jobFinished(st *batchv1.JobStatus) bool {
+	for _, c := range st.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // decodeConfigMap decodes a ConfigMap as the API server does (case-sensitive field names).

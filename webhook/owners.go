@@ -3,6 +3,7 @@ package webhook
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,6 +58,55 @@ func unjudgedOwner(child, owner *Workload) string {
 		return "it runs no pods (" + owner.NoPods + "), so it was judged for none"
 	}
 	return ""
+}
+
+// madeByOwner reports whether Pod p is as owner's controller makes its pods in everything the
+// Pod's containers can read beyond env and envFrom: its hostname (the fields the kubelet names it
+// by, and for a StatefulSet's pod its ordinal among the set's) and the labels and annotations
+// their fieldRefs name (an injector's other keys do not count). Only then does a change the Pod
+// reads bite it as its owner was judged for (judgedThroughController): the sixth red team armed a
+// Pod that a ReplicaSet adopted with another shard's hostname, and turned off the election of a
+// Pod of a StatefulSet in deletion, each through a ConfigMap judged on the owner alone.
+func madeByOwner(p, owner *Workload) bool {
+	if unjudgedOwner(p, owner) != "" || p.Pod.Spec == nil || owner.Pod.Spec == nil {
+		return false
+	}
+	ps, ts := p.Pod.Spec, owner.Pod.Spec
+	host, sub := ts.Hostname, ts.Subdomain
+	perOrdinal := owner.Kind == gvkStatefulSet.Kind
+	if perOrdinal {
+		n, err := strconv.ParseInt(strings.TrimPrefix(p.Pod.Meta.Name, owner.Name+"-"), 10, 32)
+		if err != nil || !strings.HasPrefix(p.Pod.Meta.Name, owner.Name+"-") || n < int64(owner.OrdinalStart) || n >= int64(owner.OrdinalStart)+int64(owner.Replicas) {
+			return false
+		}
+		host, sub = p.Pod.Meta.Name, owner.ServiceName // updateIdentity
+	}
+	if ps.Hostname != host || ps.Subdomain != sub || ps.HostNetwork != ts.HostNetwork ||
+		!equality.Semantic.DeepEqual(ps.HostnameOverride, ts.HostnameOverride) || !equality.Semantic.DeepEqual(ps.SetHostnameAsFQDN, ts.SetHostnameAsFQDN) {
+		return false
+	}
+	set := controllerSetKeys(owner)
+	for _, c := range p.Containers() {
+		for _, e := range c.Env {
+			if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+				continue
+			}
+			base, key, ok := splitSubscript(e.ValueFrom.FieldRef.FieldPath)
+			if !ok || set[base+"['"+key+"']"] || (perOrdinal && base == "metadata.labels" && (key == labelPodIndex || key == labelPodName)) {
+				continue // computed per pod, judged so on the owner
+			}
+			pm, om := p.Pod.Meta.Labels, owner.Pod.Meta.Labels
+			if base == "metadata.annotations" {
+				pm, om = p.Pod.Meta.Annotations, owner.Pod.Meta.Annotations
+			}
+			pv, pok := pm[key]
+			ov, ook := om[key]
+			if pv != ov || pok != ook {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // possibleName reports whether an object of a kind whose template the guard judges can have

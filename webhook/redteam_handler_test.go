@@ -259,6 +259,39 @@ func (f fakeOwners) Owner(ns string, ref metav1.OwnerReference) (*webhook.Worklo
 	return w, true, true
 }
 
+// ownerCase is one review judged by a Handler that fetches owners from a fixed set.
+type ownerCase struct {
+	name     string
+	owners   map[string]runtime.Object
+	kind     metav1.GroupVersionKind
+	obj, old runtime.Object // old set: an UPDATE, else a CREATE
+	allowed  bool
+}
+
+// runOwnerCases posts each case to a Handler over cluster and wants it allowed or refused, a
+// refusal saying want.
+func runOwnerCases(t *testing.T, cluster webhook.Resolver, want string, cases []ownerCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: fakeOwners{owners: tc.owners}}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			op := admissionv1.Create
+			if tc.old != nil {
+				op = admissionv1.Update
+			}
+			_, out, raw := post(t, srv.URL, "application/json", review(t, op, tc.kind, tc.obj, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, want) {
+				t.Fatalf("want %q in the refusal: %s", want, raw)
+			}
+		})
+	}
+}
+
 // TestHandlerVerifiesTheExemptingOwner: a ReplicaSet is exempt from the order check only when its
 // controller Deployment exists with that UID and has the same pod template (issue 17, class 2:
 // an armed ReplicaSet under a real, unarmed Deployment was admitted as "judged already"); a Job

@@ -247,13 +247,7 @@ func TestAnOwnerThatRunsNoPodsAccountsForNone(t *testing.T) {
 	rsKind := metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}
 	jobKind := metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}
 	podKind := metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
-	for _, tc := range []struct {
-		name     string
-		owners   map[string]runtime.Object
-		kind     metav1.GroupVersionKind
-		obj, old runtime.Object
-		allowed  bool
-	}{
+	runOwnerCases(t, cluster, orderChecked, []ownerCase{
 		{"a ReplicaSet scaled 0 → 1 under its Deployment at 0", map[string]runtime.Object{"Deployment/" + ns + "/w": dep(0)}, rsKind, rs(1), rs(0), false},
 		{"a ReplicaSet scaled 0 → 1 by the controller of its Deployment at 1 (crashed writer's Lease dead)", map[string]runtime.Object{"Deployment/" + ns + "/w": dep(1)}, rsKind, rs(1), rs(0), true},
 		{"a ReplicaSet scaled down under its Deployment at 0", map[string]runtime.Object{"Deployment/" + ns + "/w": dep(0)}, rsKind, rs(0), rs(1), true},
@@ -261,22 +255,5 @@ func TestAnOwnerThatRunsNoPodsAccountsForNone(t *testing.T) {
 		{"a Job of a CronJob whose Jobs run", map[string]runtime.Object{"CronJob/" + ns + "/c": cron(false)}, jobKind, jobOf(false), nil, true},
 		{"a Pod naming a real ReplicaSet at 0", map[string]runtime.Object{"ReplicaSet/" + ns + "/w-5d9c7b8f6": rs(0)}, podKind, podOfRS(), nil, false},
 		{"a Pod of a real ReplicaSet at 1", map[string]runtime.Object{"ReplicaSet/" + ns + "/w-5d9c7b8f6": rs(1)}, podKind, podOfRS(), nil, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: fakeOwners{owners: tc.owners}}
-			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
-			t.Cleanup(srv.Close)
-			op := admissionv1.Create
-			if tc.old != nil {
-				op = admissionv1.Update
-			}
-			_, out, raw := post(t, srv.URL, "application/json", review(t, op, tc.kind, tc.obj, tc.old))
-			if out.Response == nil || out.Response.Allowed != tc.allowed {
-				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
-			}
-			if !tc.allowed && !strings.Contains(out.Response.Result.Message, orderChecked) {
-				t.Fatalf("want the order check (%q): %s", orderChecked, raw)
-			}
-		})
-	}
+	})
 }

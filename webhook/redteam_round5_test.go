@@ -47,25 +47,10 @@ func TestAnOwnerInDeletionExemptsNothing(t *testing.T) {
 	deleting(deletingRS)
 	pod := barePod(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))...), "w-x-abcde")
 	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "w-x", UID: "rs-uid", Controller: ptr.To(true)}}
-	for _, tc := range []struct {
-		name   string
-		owners map[string]runtime.Object
-		kind   metav1.GroupVersionKind
-		obj    runtime.Object
-	}{
-		{"a ReplicaSet naming a Deployment in deletion", map[string]runtime.Object{"Deployment/" + ns + "/w": dep}, metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}, rs},
-		{"a Pod naming a ReplicaSet in deletion", map[string]runtime.Object{"ReplicaSet/" + ns + "/w-x": deletingRS}, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, saAdmitted(pod)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: fakeOwners{owners: tc.owners}}
-			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
-			t.Cleanup(srv.Close)
-			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, tc.kind, tc.obj, nil))
-			if out.Response == nil || out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "ehdb-shard-00000000 (shard 0) does not exist") {
-				t.Fatalf("want the order check: %s", raw)
-			}
-		})
-	}
+	runOwnerCases(t, cluster, "ehdb-shard-00000000 (shard 0) does not exist", []ownerCase{
+		{"a ReplicaSet naming a Deployment in deletion", map[string]runtime.Object{"Deployment/" + ns + "/w": dep}, metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}, rs, nil, false},
+		{"a Pod naming a ReplicaSet in deletion", map[string]runtime.Object{"ReplicaSet/" + ns + "/w-x": deletingRS}, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, saAdmitted(pod), nil, false},
+	})
 }
 
 // A deletion finishes when the last finalizer of an object in deletion is removed: an UPDATE, which

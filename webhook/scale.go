@@ -103,7 +103,7 @@ func (h *Handler) handleScale(ctx context.Context, req admission.Request, log lo
 	old, now := cur.ScaledTo(from), cur.ScaledTo(to)
 	// A ReplicaSet is scaled by its Deployment's controller through its spec, not this path; one
 	// scaled here under a Deployment at 0 is accounted for by no owner (unjudgedOwner).
-	h.verifyOwner(now)
+	h.verifyOwner(now, false)
 	d, lookups := h.decide(ctx, Input{Operation: admissionv1.Update, Object: now, Old: old})
 	return h.answer(req, log, kind, start, d, lookups)
 }

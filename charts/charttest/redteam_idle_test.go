@@ -25,11 +25,7 @@ func TestAWorkloadThatRunsNoPodsIsJudgedWhenItStarts(t *testing.T) {
 	rt := newRedTeam(t)
 	ctx := context.Background()
 	deps, rss, jobs := rt.cs.AppsV1().Deployments(rt.ns), rt.cs.AppsV1().ReplicaSets(rt.ns), rt.cs.BatchV1().Jobs(rt.ns)
-	rt.liveLease(t, 0)
-	waitFor(t, 30*time.Second, "shard 0's Lease in the webhook's watch", func(ctx context.Context) (bool, error) {
-		_, err := rt.cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("control"), dryRunCreate)
-		return err == nil, nil
-	})
+	rt.liveShard0(t)
 	dryRun := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
 	deployment := func(name string, shard string) *appsv1.Deployment {
 		s := rt.writer(name, wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", shard))
@@ -89,12 +85,7 @@ func TestAWorkloadThatRunsNoPodsIsJudgedWhenItStarts(t *testing.T) {
 	t.Run("a Deployment created at 0 while its Lease was live, scaled up after it died", func(t *testing.T) {
 		// The red team's sequence: shard 2's Lease lives for 3 s; the Deployment is created
 		// within them (the old guard admitted it on the live Lease), and scaled up after.
-		l := wt.LiveLease(rt.ns, 2, time.Now(), 1)
-		l.Spec.LeaseDurationSeconds = ptr.To[int32](3)
-		if _, err := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(rt.ns).Create(ctx, l, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		died := time.Now().Add(4 * time.Second)
+		died := rt.briefLease(t, 2)
 		d, err := deps.Create(ctx, deployment("lapsed", "2"), metav1.CreateOptions{})
 		admitted(t, "an armed Deployment at replicas 0, shard 2 live for 3 s", err)
 		if err != nil {

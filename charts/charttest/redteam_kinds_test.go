@@ -24,11 +24,7 @@ func TestRedTeamKindsAndGroundTruth(t *testing.T) {
 	rt := newRedTeam(t)
 	ctx := context.Background()
 	cs := rt.cs
-	rt.liveLease(t, 0)
-	waitFor(t, 30*time.Second, "shard 0's Lease in the webhook's watch", func(ctx context.Context) (bool, error) {
-		_, err := cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("control"), dryRunCreate)
-		return err == nil, nil
-	})
+	rt.liveShard0(t)
 
 	t.Run("an armed ReplicationController is reviewed", func(t *testing.T) {
 		s := rt.writer("rc", wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "7")) // no Lease for shard 7

@@ -26,11 +26,7 @@ func TestRedTeamWhatRuns(t *testing.T) {
 	rt := newRedTeam(t)
 	ctx := context.Background()
 	cs := rt.cs
-	rt.liveLease(t, 0)
-	waitFor(t, 30*time.Second, "shard 0's Lease in the webhook's watch", func(ctx context.Context) (bool, error) {
-		_, err := cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("control"), dryRunCreate)
-		return err == nil, nil
-	})
+	rt.liveShard0(t)
 	podOf := func(name string, opts ...func(*appsv1.StatefulSet)) *corev1.Pod {
 		s := rt.writer(name, opts...)
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "bare-" + name}}, Spec: s.Spec.Template.Spec}
@@ -76,11 +72,7 @@ func TestRedTeamWhatRuns(t *testing.T) {
 		// so exempt from the order check. Shard 5's Lease is live (3 s) when the Job is armed and
 		// its controller makes the Pod; once the Lease has lapsed the Pod is deleted, and only the
 		// exemption admits the replacement the controller makes (a crashed writer's).
-		l := wt.LiveLease(rt.ns, 5, time.Now(), 1)
-		l.Spec.LeaseDurationSeconds = ptr.To[int32](3)
-		if _, err := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(rt.ns).Create(ctx, l, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		rt.briefLease(t, 5)
 		tpl := rt.writer("idx", wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "5")).Spec.Template
 		tpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "idx"}, Spec: batchv1.JobSpec{

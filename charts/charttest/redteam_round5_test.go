@@ -22,11 +22,7 @@ func TestRedTeamRound5(t *testing.T) {
 	rt := newRedTeam(t)
 	ctx := context.Background()
 	cs := rt.cs
-	rt.liveLease(t, 0)
-	waitFor(t, 30*time.Second, "shard 0's Lease in the webhook's watch", func(ctx context.Context) (bool, error) {
-		_, err := cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("control"), dryRunCreate)
-		return err == nil, nil
-	})
+	rt.liveShard0(t)
 	const hold = "example.com/hold"
 	// release removes the finalizers of the object get returns, with update.
 	release := func(get func() (metav1.Object, error), update func(metav1.Object) error) error {
@@ -145,14 +141,8 @@ func TestRedTeamRound5(t *testing.T) {
 		deps := cs.AppsV1().Deployments(rt.ns)
 		// Shards 7 and 9 live for 3 s each: one Deployment created paused, one rolled out and
 		// then paused; both resumed after the Leases died.
-		for _, shard := range []uint32{7, 9} {
-			l := wt.LiveLease(rt.ns, shard, time.Now(), 1)
-			l.Spec.LeaseDurationSeconds = ptr.To[int32](3)
-			if _, err := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(rt.ns).Create(ctx, l, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		died := time.Now().Add(4 * time.Second)
+		rt.briefLease(t, 7)
+		died := rt.briefLease(t, 9)
 		mk := func(name, shard string, paused bool) *appsv1.Deployment {
 			s := rt.writer(name, wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", shard))
 			d, err := deps.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appsv1.DeploymentSpec{

@@ -115,6 +115,31 @@ func (rt *redTeam) liveLease(t *testing.T, shard uint32) *coordinationv1.Lease {
 	return got
 }
 
+// liveShard0 makes shard 0's Lease live (liveLease) and waits until the guard sees it so: an
+// armed writer of shard 0 is admitted.
+func (rt *redTeam) liveShard0(t *testing.T) *coordinationv1.Lease {
+	t.Helper()
+	l := rt.liveLease(t, 0)
+	waitFor(t, 30*time.Second, "shard 0's Lease in the webhook's watch", func(ctx context.Context) (bool, error) {
+		_, err := rt.cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("control"), dryRunCreate)
+		return err == nil, nil
+	})
+	return l
+}
+
+// briefLease makes shard's Lease live, held and minted for 3 s (as the writer's ServiceAccount),
+// and returns when it will have lapsed for certain: an attack that needs the Lease live at one
+// step and dead at the next.
+func (rt *redTeam) briefLease(t *testing.T, shard uint32) (lapsed time.Time) {
+	t.Helper()
+	l := wt.LiveLease(rt.ns, shard, time.Now(), 1)
+	l.Spec.LeaseDurationSeconds = ptr.To[int32](3)
+	if _, err := saClient(t, rt.testRelease, rt.ns, "noetl-cmdbus-writer").CoordinationV1().Leases(rt.ns).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return time.Now().Add(4 * time.Second)
+}
+
 // refused asserts err is the guard's denial and says every want.
 func refused(t *testing.T, what string, err error, wants ...string) {
 	t.Helper()

@@ -370,7 +370,8 @@ var _ webhook.Owners = (*watches)(nil)
 // named is read again too: the name may have been deleted and created anew a moment ago (an
 // orphaning delete and re-create of a StatefulSet), and its controller already makes Pods. So is a
 // cached owner that runs no pods (webhook.Workload.NoPods): it exempts no child that runs them,
-// and it may have been scaled up or resumed a moment ago, its controller already acting on it.
+// and it may have been scaled up or resumed a moment ago, its controller already acting on it;
+// likewise a paused Deployment, which exempts no ReplicaSet created under it.
 func (w *watches) Owner(namespace string, ref metav1.OwnerReference) (*webhook.Workload, bool, bool) {
 	src, ok := webhook.SourceOfKind(ref.Kind)
 	if !ok || !src.Reader {
@@ -380,7 +381,7 @@ func (w *watches) Owner(namespace string, ref metav1.OwnerReference) (*webhook.W
 	if !known {
 		return nil, false, false
 	}
-	if !found || types.UID(wl.UID) != ref.UID || wl.NoPods != "" {
+	if !found || types.UID(wl.UID) != ref.UID || wl.NoPods != "" || wl.Paused {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		obj, err := restClientFor(w.cs, src.GVK.Group).Get().Namespace(namespace).Resource(src.Resource).Name(ref.Name).Do(ctx).Get()

@@ -145,6 +145,26 @@ func errorsByReason(e *Election) map[string]uint64 {
 	return m
 }
 
+// stepUntil advances clk in small steps, at most max in all, until cond holds (polled in real
+// time, as waitFor). A running driver computes its delay and then starts its timer: one big step
+// that falls between the two moves the deadline past the step (fresh-clone CI runs failed so, one
+// in some hundreds), while small steps reach it either way.
+func stepUntil(t testing.TB, clk *clocktesting.FakeClock, max time.Duration, what string, cond func() bool) {
+	t.Helper()
+	const inc = 50 * time.Millisecond
+	deadline := time.Now().Add(20 * time.Second)
+	for stepped := time.Duration(0); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		if stepped < max {
+			clk.Step(min(inc, max-stepped))
+			stepped += inc
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
 // waitFor polls cond in real time; it synchronizes with goroutines, it asserts no timing.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()

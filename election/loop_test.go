@@ -102,20 +102,8 @@ func TestPollingIsTheFallbackWhenTheWatchFails(t *testing.T) {
 	if standby.Token().Valid {
 		t.Fatal("acquired without a watch before polling")
 	}
-	// Step to the standby's next poll, at most a renew interval after the release. Its driver
-	// computes the delay and then starts the timer: a step that falls between the two moves the
-	// poll by that step (seen under load: the poll came at t0+4s, and one step to t0+3s missed it),
-	// so step in small increments up to the interval.
-	released := clk.Now()
-	waitFor(t, "standby acquires at its poll", func() bool {
-		if standby.Token().Valid {
-			return true
-		}
-		if clk.Since(released) < renew {
-			clk.Step(100 * time.Millisecond)
-		}
-		return false
-	})
+	// The standby's next poll, at most a renew interval after the release.
+	stepUntil(t, clk, renew, "standby acquires at its poll", func() bool { return standby.Token().Valid })
 	wantToken(t, "standby", standby, 2, true)
 	if got := errorsByReason(standby)["forbidden"]; got == 0 {
 		t.Fatal("the failing watch must be counted")

@@ -109,15 +109,13 @@ func TestReadinessFollowsTheToken(t *testing.T) {
 	wantNotReady(t, "before the first token", r.Check(), NoTokenYet, "store errors: unreachable")
 
 	store.setFail(nil)
-	clk.Step(renew)
-	waitFor(t, "acquisition", func() bool { return e.Token().Valid })
+	stepUntil(t, clk, renew, "acquisition", func() bool { return e.Token().Valid })
 	wantReady(t, "holding", r)
 
 	store.setFail(func(string) error { return unreachable })
 	for i := 0; i < 3; i++ { // renewals at 10s, 15s, 20s fail; the token (sent at 5s) lapses at 5s + 14.85s
 		n := errorsByReason(e)["unreachable"]
-		clk.Step(renew)
-		waitFor(t, "a failed renewal", func() bool { return errorsByReason(e)["unreachable"] > n })
+		stepUntil(t, clk, renew, "a failed renewal", func() bool { return errorsByReason(e)["unreachable"] > n })
 	}
 	if e.Token().Valid {
 		t.Fatal("the token is still valid 15s after its last write")
@@ -125,8 +123,7 @@ func TestReadinessFollowsTheToken(t *testing.T) {
 	wantNotReady(t, "partitioned", r.Check(), TokenLapsed, "epoch 1 is no longer valid", "unreachable")
 
 	store.setFail(nil)
-	clk.Step(renew)
-	waitFor(t, "re-acquisition", func() bool { return e.Token().Valid })
+	stepUntil(t, clk, renew, "re-acquisition", func() bool { return e.Token().Valid })
 	wantToken(t, "after the partition", e, 2, true)
 	wantReady(t, "holding again", r)
 }
@@ -145,6 +142,9 @@ func TestASuccessorIsReadyOnceItTakesOverACrashedHolder(t *testing.T) {
 	wantReady(t, "the holder", NewReadiness(holder, armedEnv))
 
 	for i := uint64(1); i <= 2; i++ { // renewals at 5s and 10s, then the holder crashes
+		// Each driver computes its delay and then starts its timer: step only once both wait on
+		// theirs, or a step between the two moves a renewal (and the takeover instant below).
+		waitFor(t, "both drivers wait on their timers", func() bool { return clk.Waiters() == 2 })
 		clk.Step(renew)
 		waitFor(t, "renewal", func() bool { return outcomes(holder)[Renewed] == i })
 	}
@@ -183,6 +183,7 @@ func TestAStandbyThatNeverAcquiresCannotMint(t *testing.T) {
 	bound := ReadinessBound(standby.cfg)
 	for i := uint64(1); clk.Since(r.start) <= bound; i++ {
 		wantNotReady(t, "standby within the bound", r.Check(), NoTokenYet)
+		waitFor(t, "both drivers wait on their timers", func() bool { return clk.Waiters() == 2 })
 		clk.Step(renew)
 		waitFor(t, "renewal", func() bool { return outcomes(holder)[Renewed] == i })
 	}

@@ -175,7 +175,7 @@ var PodSources = []PodSource{
 			// A finished Job makes no pods (Workload.NoPods): its final condition is kept.
 			var final []batchv1.JobCondition
 			for _, c := range j.Status.Conditions {
-				if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				if finalJobCondition(c) {
 					final = append(final, batchv1.JobCondition{Type: c.Type, Status: c.Status})
 				}
 			}

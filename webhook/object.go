@@ -3,6 +3,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -219,8 +220,8 @@ func (w *Workload) setReplicas(n *int32) {
 	}
 }
 
-// ScaledTo is w with the replica count its scale subresource sets.
-func (w Workload) ScaledTo(n int32) *Workload {
+// scaledTo is w with the replica count its scale subresource sets.
+func (w Workload) scaledTo(n int32) *Workload {
 	w.setReplicas(&n)
 	return &w
 }
@@ -240,12 +241,12 @@ func jobRunsNoPods(spec *batchv1.JobSpec, whose string) string {
 // jobFinished reports whether a Job has finished (a Complete or Failed condition that is true): the
 // Job controller never acts on a finished Job again (its syncJob returns early), so it makes no pod.
 func jobFinished(st *batchv1.JobStatus) bool {
-	for _, c := range st.Conditions {
-		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(st.Conditions, finalJobCondition)
+}
+
+// finalJobCondition reports whether c says the Job finished.
+func finalJobCondition(c batchv1.JobCondition) bool {
+	return (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue
 }
 
 // decodeConfigMap decodes a ConfigMap as the API server does (case-sensitive field names).

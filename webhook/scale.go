@@ -100,7 +100,7 @@ func (h *Handler) handleScale(ctx context.Context, req admission.Request, log lo
 			Unmet: []Unmet{{Reason: ReasonCouldNotVerify, Problem: fmt.Sprintf("could not verify the scale-up of %s %s/%s from %d to %d replicas: %s.", kind, req.Namespace, name, from, to, why),
 				Fix: "retry; if it persists, check the webhook's watches (its readiness says which)."}}}, 0)
 	}
-	old, now := cur.ScaledTo(from), cur.ScaledTo(to)
+	old, now := cur.scaledTo(from), cur.scaledTo(to)
 	// A ReplicaSet is scaled by its Deployment's controller through its spec, not this path; one
 	// scaled here under a Deployment at 0 is accounted for by no owner (unjudgedOwner).
 	h.verifyOwner(now, false)

@@ -61,48 +61,52 @@ func unjudgedOwner(child, owner *Workload) string {
 }
 
 // madeByOwner reports whether Pod p is as owner's controller makes its pods in everything the
-// Pod's containers can read beyond env and envFrom: its hostname (the fields the kubelet names it
-// by, and for a StatefulSet's pod its ordinal among the set's) and the labels and annotations
-// their fieldRefs name (an injector's other keys do not count). Only then does a change the Pod
-// reads bite it as its owner was judged for (judgedThroughController): the sixth red team armed a
-// Pod that a ReplicaSet adopted with another shard's hostname, and turned off the election of a
-// Pod of a StatefulSet in deletion, each through a ConfigMap judged on the owner alone.
+// guard judges beyond env and envFrom: the hostname (the fields the kubelet names it by, and for a
+// StatefulSet's pod its ordinal among the set's), the account it runs as (ServiceAccount, token
+// automount), and every value its containers' fieldRefs and resourceFieldRefs read — which must
+// resolve on the Pod as on the owner at the Pod's ordinal, unless the owner's cannot be known (it
+// was judged so). Only then does a change the Pod reads bite it as its owner was judged for
+// (judgedThroughController). The sixth and seventh red teams armed or disarmed Pods through a
+// ConfigMap or a Role judged on their owner alone: adopted with another shard's hostname, another
+// ServiceAccount, another node, relabelled to another pod-index, or under a set in deletion.
 func madeByOwner(p, owner *Workload) bool {
 	if unjudgedOwner(p, owner) != "" || p.Pod.Spec == nil || owner.Pod.Spec == nil {
 		return false
 	}
 	ps, ts := p.Pod.Spec, owner.Pod.Spec
 	host, sub := ts.Hostname, ts.Subdomain
-	perOrdinal := owner.Kind == gvkStatefulSet.Kind
-	if perOrdinal {
+	ordinal := int64(-1)
+	if owner.Kind == gvkStatefulSet.Kind {
 		n, err := strconv.ParseInt(strings.TrimPrefix(p.Pod.Meta.Name, owner.Name+"-"), 10, 32)
 		if err != nil || !strings.HasPrefix(p.Pod.Meta.Name, owner.Name+"-") || n < int64(owner.OrdinalStart) || n >= int64(owner.OrdinalStart)+int64(owner.Replicas) {
 			return false
 		}
-		host, sub = p.Pod.Meta.Name, owner.ServiceName // updateIdentity
+		ordinal, host, sub = n, p.Pod.Meta.Name, owner.ServiceName // updateIdentity
 	}
 	if ps.Hostname != host || ps.Subdomain != sub || ps.HostNetwork != ts.HostNetwork ||
-		!equality.Semantic.DeepEqual(ps.HostnameOverride, ts.HostnameOverride) || !equality.Semantic.DeepEqual(ps.SetHostnameAsFQDN, ts.SetHostnameAsFQDN) {
+		!equality.Semantic.DeepEqual(ps.HostnameOverride, ts.HostnameOverride) || !equality.Semantic.DeepEqual(ps.SetHostnameAsFQDN, ts.SetHostnameAsFQDN) ||
+		ServiceAccountName(ps) != ServiceAccountName(ts) || !equality.Semantic.DeepEqual(ps.AutomountServiceAccountToken, ts.AutomountServiceAccountToken) {
 		return false
 	}
-	set := controllerSetKeys(owner)
+	oc := owner.Containers()
 	for _, c := range p.Containers() {
 		for _, e := range c.Env {
-			if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
-				continue
-			}
-			base, key, ok := splitSubscript(e.ValueFrom.FieldRef.FieldPath)
-			if !ok || set[base+"['"+key+"']"] || (perOrdinal && base == "metadata.labels" && (key == labelPodIndex || key == labelPodName)) {
-				continue // computed per pod, judged so on the owner
-			}
-			pm, om := p.Pod.Meta.Labels, owner.Pod.Meta.Labels
-			if base == "metadata.annotations" {
-				pm, om = p.Pod.Meta.Annotations, owner.Pod.Meta.Annotations
-			}
-			pv, pok := pm[key]
-			ov, ook := om[key]
-			if pv != ov || pok != ook {
-				return false
+			switch {
+			case e.ValueFrom == nil:
+			case e.ValueFrom.FieldRef != nil:
+				ov := fieldRefValue(e.ValueFrom.FieldRef, &owner.Pod)
+				if !ov.Known() {
+					continue // judged on the owner as unknowable
+				}
+				if pv := fieldRefValue(e.ValueFrom.FieldRef, &p.Pod); !pv.Known() || pv.Text != ov.At(ordinal) {
+					return false
+				}
+			case e.ValueFrom.ResourceFieldRef != nil:
+				// A vertical autoscaler may change a Pod's resources from its template's.
+				i := slices.IndexFunc(oc, func(o *corev1.Container) bool { return o.Name == c.Name })
+				if i < 0 || !equality.Semantic.DeepEqual(c.Resources, oc[i].Resources) {
+					return false
+				}
 			}
 		}
 	}

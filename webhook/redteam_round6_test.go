@@ -58,6 +58,27 @@ func TestChangesAreJudgedForThePodsTheirOwnerDoesNotAccountFor(t *testing.T) {
 	mode := func(v string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "mode", Namespace: ns}, Data: map[string]string{"fencing": v}}
 	}
+	// The seventh red team: Pods adopted or labelled so that what their env or their credentials
+	// read differs from their owner's template — another ServiceAccount, a pod-index label that is
+	// not the ordinal in the name, another node — through fields the guard did not compare.
+	otherAccount := saAdmitted(func() *corev1.Pod {
+		p := adopted.DeepCopy()
+		p.Name, p.Spec.Hostname, p.Spec.ServiceAccountName = "rs-sa", "w-0", "rt-nobind"
+		return p
+	}())
+	fromIndex := append(fencingFrom, envVar(corev1.EnvVar{Name: "NOETL_EHDB_ELECTION_SHARD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['apps.kubernetes.io/pod-index']"}}}))
+	indexed := sts(fromIndex...)
+	indexed.UID = "sts-uid"
+	relabelled := podOf(indexed)
+	relabelled.Labels["apps.kubernetes.io/pod-index"] = "7"
+	fromNode := append(fencingFrom, envVar(corev1.EnvVar{Name: "NOETL_EHDB_ELECTION_SHARD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}))
+	nodeTpl := sts(fromNode...).Spec.Template
+	nodeTpl.Spec.NodeName = "0"
+	nodeRS := &appsv1.ReplicaSet{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "ReplicaSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: "rs", Namespace: ns, UID: "rs-uid"}, Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Template: nodeTpl}}
+	onNode7 := barePod(sts(fromNode...), "rs-n7")
+	onNode7.Spec.NodeName, onNode7.Labels = "7", nodeTpl.Labels
+	onNode7.OwnerReferences = adopted.OwnerReferences
 	for _, tc := range []struct {
 		name     string
 		readers  []any
@@ -66,6 +87,9 @@ func TestChangesAreJudgedForThePodsTheirOwnerDoesNotAccountFor(t *testing.T) {
 		obj, old runtime.Object
 		msg      string
 	}{
+		{"a Pod adopted with another ServiceAccount, armed by a ConfigMap edit", []any{rs, otherAccount}, cmGVK, "mode", mode("enforce"), mode("shadow"), "rt-nobind"},
+		{"a StatefulSet Pod relabelled to pod-index 7, armed by a ConfigMap edit", []any{indexed, relabelled}, cmGVK, "mode", mode("enforce"), mode("shadow"), "ehdb-shard-00000007 (shard 7) does not exist"},
+		{"a Pod adopted on another node, armed by a ConfigMap edit", []any{nodeRS, saAdmitted(onNode7)}, cmGVK, "mode", mode("enforce"), mode("shadow"), "ehdb-shard-00000007 (shard 7) does not exist"},
 		{"election turned off under a Pod of a StatefulSet in deletion", []any{deletingSet, podOf(deletingSet)}, cmGVK, "elect", cm("false"), cm("true"), "election is not enabled"},
 		{"the RoleBinding deleted under a Pod of a StatefulSet in deletion", []any{deletingSet, podOf(deletingSet)}, rbKind, chartRole, nil, roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA)), "refusing to disarm"},
 		{"a Pod adopted with another shard's hostname, armed by a ConfigMap edit", []any{rs, saAdmitted(adopted)}, cmGVK, "mode", mode("enforce"), mode("shadow"), "ehdb-shard-00000007 (shard 7) does not exist"},

@@ -59,50 +59,22 @@ func StartWebhook(ctx context.Context, c *testcluster.Cluster, bin, ns, rel, dir
 	if err := c.ServiceAccountKubeconfig(ctx, ns, sa, kubeconfig); err != nil {
 		return nil, err
 	}
-	var ports [3]int
-	for i := range ports {
-		if ports[i], err = FreePort(); err != nil {
-			return nil, err
+	// The ports were free when picked, and are bound a moment later by the webhook: other
+	// processes' connections draw from the same ephemeral range, and a fresh-clone CI once lost
+	// that race (the webhook exited, "address already in use"). Such a start is retried on fresh
+	// ports; any other failure is returned with the log.
+	var w *Webhook
+	for attempt := 0; ; attempt++ {
+		w, err = startWebhookProcess(bin, dir, kubeconfig, ns, sa, certDir, vwcs.Items[0].Name, extraArgs)
+		if err == nil || w == nil || attempt == 2 || !w.exited() {
+			break
+		}
+		if b, rerr := os.ReadFile(w.LogPath); rerr != nil || !strings.Contains(string(b), "address already in use") {
+			break
 		}
 	}
-	logFile, err := os.CreateTemp(dir, "webhook-*.log")
 	if err != nil {
 		return nil, err
-	}
-	w := &Webhook{
-		Config:     vwcs.Items[0].Name,
-		URL:        fmt.Sprintf("https://127.0.0.1:%d/validate", ports[0]),
-		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]),
-		LogPath:    logFile.Name(),
-		done:       make(chan struct{}),
-	}
-	w.cmd = exec.Command(bin, append([]string{
-		"--kubeconfig=" + kubeconfig,
-		"--namespace=" + ns,
-		"--service-account=" + sa, // as the chart's Deployment: its own access is protected
-		"--webhook-host=127.0.0.1",
-		fmt.Sprintf("--webhook-port=%d", ports[0]),
-		"--cert-dir=" + certDir,
-		"--cert-rotation=false",
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[2]),
-	}, extraArgs...)...)
-	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := w.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting the webhook: %w", err)
-	}
-	go func() { _ = w.cmd.Wait(); logFile.Close(); close(w.done) }()
-
-	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2])
-	deadline := time.Now().Add(30 * time.Second)
-	for err := Probe(readyz); err != nil; err = Probe(readyz) {
-		if time.Now().After(deadline) || w.exited() {
-			w.Stop()
-			return nil, fmt.Errorf("the webhook never became ready: %w (log %s)", err, w.LogPath)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 
 	vwc := &vwcs.Items[0]
@@ -157,6 +129,71 @@ func webhookServiceAccount(ctx context.Context, c *testcluster.Cluster, ns, rel 
 		}
 	}
 	return "", fmt.Errorf("release %s created no webhook ServiceAccount in %s", rel, ns)
+}
+
+// startWebhookProcess starts the webhook binary on fresh loopback ports and waits until it is
+// ready; on failure it returns the stopped process too (to read its log) with the error.
+func startWebhookProcess(bin, dir, kubeconfig, ns, sa, certDir, config string, extraArgs []string) (*Webhook, error) {
+	var ports [3]int
+	var err error
+	for i := range ports {
+		if ports[i], err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	logFile, err := os.CreateTemp(dir, "webhook-*.log")
+	if err != nil {
+		return nil, err
+	}
+	w := &Webhook{
+		Config:     config,
+		URL:        fmt.Sprintf("https://127.0.0.1:%d/validate", ports[0]),
+		MetricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]),
+		LogPath:    logFile.Name(),
+		done:       make(chan struct{}),
+	}
+	w.cmd = exec.Command(bin, append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--namespace=" + ns,
+		"--service-account=" + sa, // as the chart's Deployment: its own access is protected
+		"--webhook-host=127.0.0.1",
+		fmt.Sprintf("--webhook-port=%d", ports[0]),
+		"--cert-dir=" + certDir,
+		"--cert-rotation=false",
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[1]),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[2]),
+	}, extraArgs...)...)
+	w.cmd.Stdout, w.cmd.Stderr = logFile, logFile
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := w.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting the webhook: %w", err)
+	}
+	go func() { _ = w.cmd.Wait(); logFile.Close(); close(w.done) }()
+
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2])
+	deadline := time.Now().Add(30 * time.Second)
+	for err := Probe(readyz); err != nil; err = Probe(readyz) {
+		if time.Now().After(deadline) || w.exited() {
+			w.Stop()
+			return w, fmt.Errorf("the webhook never became ready: %w (log %s, ending:\n%s)", err, w.LogPath, logTail(w.LogPath, 2048))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return w, nil
+}
+
+// logTail is the last n bytes of the file at path, for error messages (a test's folder is
+// removed after it, its logs with it).
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
 }
 
 func (w *Webhook) exited() bool {

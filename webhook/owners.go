@@ -83,9 +83,14 @@ func madeByOwner(p, owner *Workload) bool {
 		}
 		ordinal, host, sub = n, p.Pod.Meta.Name, owner.ServiceName // updateIdentity
 	}
-	if ps.Hostname != host || ps.Subdomain != sub || ps.HostNetwork != ts.HostNetwork ||
-		!equality.Semantic.DeepEqual(ps.HostnameOverride, ts.HostnameOverride) || !equality.Semantic.DeepEqual(ps.SetHostnameAsFQDN, ts.SetHostnameAsFQDN) ||
-		ServiceAccountName(ps) != ServiceAccountName(ts) || !equality.Semantic.DeepEqual(ps.AutomountServiceAccountToken, ts.AutomountServiceAccountToken) {
+	// The hostname only where the owner's is known: one its controller names per pod (a
+	// Deployment's, an Indexed Job's <job>-<index>) was judged on the owner as unknowable.
+	_, hostUnknown := podHostname(owner, ordinal)
+	if hostUnknown == "" && (ps.Hostname != host || ps.Subdomain != sub || ps.HostNetwork != ts.HostNetwork ||
+		!equality.Semantic.DeepEqual(ps.HostnameOverride, ts.HostnameOverride) || !equality.Semantic.DeepEqual(ps.SetHostnameAsFQDN, ts.SetHostnameAsFQDN)) {
+		return false
+	}
+	if ServiceAccountName(ps) != ServiceAccountName(ts) || !equality.Semantic.DeepEqual(ps.AutomountServiceAccountToken, ts.AutomountServiceAccountToken) {
 		return false
 	}
 	oc := owner.Containers()

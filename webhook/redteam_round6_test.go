@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -161,5 +162,41 @@ func TestArmedFromAConfigMapIsNotQuoted(t *testing.T) {
 	}
 	if all := d.Message() + strings.Join(d.Warnings, "\n") + strings.Join(d.Armed, "\n"); strings.Contains(all, "EnFoRcE") {
 		t.Fatalf("the refusal quotes the ConfigMap's value:\n%s", all)
+	}
+}
+
+// The Pods of an Indexed Job carry the hostname its controller gives each (<job>-<index>), never
+// the template's, which the guard judged on the Job as unknowable: they are judged through their
+// Job. Each was judged itself, so a ConfigMap edit that 40 of them read was refused as too
+// complex (the seventh red team), unarmed as they are.
+func TestAnIndexedJobsPodsAreJudgedThroughTheirJob(t *testing.T) {
+	j := indexedJob(sts(wt.SetEnv("NOETL_EHDB_FENCING", "shadow"), envFrom(cmEnvFrom("shared", ""))))
+	j.Name, j.UID, j.Spec.Completions, j.Spec.Parallelism = "idx", "job-uid", ptr.To[int32](40), ptr.To[int32](40)
+	readers := []any{j}
+	for i := range 40 {
+		p := barePod(sts(wt.SetEnv("NOETL_EHDB_FENCING", "shadow"), envFrom(cmEnvFrom("shared", ""))), "idx-"+strconv.Itoa(i)+"-abcde")
+		p.Spec.RestartPolicy = corev1.RestartPolicyNever
+		p.Spec.Hostname = "idx-" + strconv.Itoa(i) // the Job controller's
+		p.Labels = j.Spec.Template.Labels
+		p.Annotations = map[string]string{"batch.kubernetes.io/job-completion-index": strconv.Itoa(i)}
+		c := &p.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: "JOB_COMPLETION_INDEX", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+			FieldPath: "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}})
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "idx", UID: "job-uid", Controller: ptr.To(true)}}
+		readers = append(readers, saAdmitted(p))
+	}
+	shared := func(level string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: ns},
+			Data: map[string]string{"NOETL_LOG_LEVEL": level}}
+	}
+	cluster := goodCluster()
+	cluster.ConfigMaps = map[string]map[string]string{"shared": {"NOETL_LOG_LEVEL": "debug"}}
+	idx := fakeReaders(t, readers...)
+	h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Readers: idx, Accounts: idx, Clock: clocktesting.NewFakePassiveClock(now)}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+	t.Cleanup(srv.Close)
+	_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, admissionv1.Update, cmGVK, "shared", shared("debug"), shared("info")))
+	if out.Response == nil || !out.Response.Allowed {
+		t.Fatalf("a log-level edit read by an unarmed Indexed Job's 40 Pods: %s", raw)
 	}
 }

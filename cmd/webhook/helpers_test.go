@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -100,39 +101,64 @@ func write(t testing.TB, path string, data []byte) {
 }
 
 // startWebhook runs the command in-process with args and stops it (gracefully) when the test
-// ends. It returns the probe and metrics base URLs.
+// ends. It returns the probe and metrics base URLs. Their ports were free when picked and are
+// bound a moment later: other processes' connections draw from the same range, and fresh-clone CI
+// runs lost that race ("bind: address already in use"), so such a start is retried on new ones.
 func startWebhook(t *testing.T, args []string, tweak func(*options)) (probes, metrics string) {
 	t.Helper()
-	probePort, metricsPort := freePort(t), freePort(t)
-	args = append(args,
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probePort),
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metricsPort))
-	o, err := parseFlags(args, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tweak != nil {
-		tweak(&o)
-	}
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, o, cfg, testr.New(t)) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("webhook stopped with: %v", err)
-			}
-		case <-time.After(45 * time.Second):
-			t.Errorf("webhook did not stop within 45s")
+	for attempt := 0; ; attempt++ {
+		probePort, metricsPort := freePort(t), freePort(t)
+		o, err := parseFlags(append(slices.Clone(args),
+			"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probePort),
+			"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metricsPort)), func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
-	return fmt.Sprintf("http://127.0.0.1:%d", probePort), fmt.Sprintf("http://127.0.0.1:%d", metricsPort)
+		if tweak != nil {
+			tweak(&o)
+		}
+		cfg, err := restConfig(o.kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, o, cfg, testr.New(t)) }()
+		// Until its probe port listens, the process may still fail to bind.
+		probe := "127.0.0.1:" + strconv.Itoa(probePort)
+		deadline := time.Now().Add(60 * time.Second)
+		for listening := false; !listening; {
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("the webhook's probe port %s did not listen within 60s", probe)
+			}
+			select {
+			case err := <-done:
+				cancel()
+				if err != nil && strings.Contains(err.Error(), "address already in use") && attempt < 2 {
+					listening = true // leave the loop; start again below
+					continue
+				}
+				t.Fatalf("webhook stopped before it listened: %v", err)
+			case <-time.After(20 * time.Millisecond):
+			}
+			if c, err := net.DialTimeout("tcp", probe, time.Second); err == nil {
+				c.Close()
+				t.Cleanup(func() {
+					cancel()
+					select {
+					case err := <-done:
+						if err != nil {
+							t.Errorf("webhook stopped with: %v", err)
+						}
+					case <-time.After(45 * time.Second):
+						t.Errorf("webhook did not stop within 45s")
+					}
+				})
+				return "http://" + probe, fmt.Sprintf("http://127.0.0.1:%d", metricsPort)
+			}
+		}
+	}
 }
 
 // waitReady waits until the webhook's /readyz at probes answers 200.

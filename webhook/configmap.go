@@ -180,7 +180,7 @@ func judgedThroughController(readers []*Workload) []*Workload {
 		if w.Kind == gvkPod.Kind {
 			return sameEnvironment(w, owner) && madeByOwner(w, owner)
 		}
-		held, _ := exemptionHolds(w, owner, true, true)
+		held, _ := exemptionHolds(w, owner, true, true, false)
 		return held
 	})
 }

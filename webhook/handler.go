@@ -248,12 +248,7 @@ func (h *Handler) verifyOwner(w *Workload, creating bool) {
 	if w.Kind == gvkPod.Kind {
 		check = podExemptionHolds
 	}
-	ok, why := check(w, owner, found, known)
-	if ok && creating && owner.Paused {
-		// A paused Deployment's controller scales the ReplicaSets it has and makes none (the
-		// sixth red team made one by hand in its name, and its Pods ran on a dead shard).
-		ok, why = false, "it is paused, and its controller makes no "+w.Kind+" while paused"
-	}
+	ok, why := check(w, owner, found, known, creating)
 	if ok && w.Kind == gvkPod.Kind {
 		w.ExemptBy = owner
 	}

@@ -17,7 +17,7 @@ import (
 // the webhook could fetch it (an owner it cannot see is never trusted), and the controller's pod
 // template — what the guard judged when the controller was armed — is semantically the object's,
 // up to the labels the copy gains on the way (Exemption.AddedLabels). Anything else is judged itself.
-func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
+func exemptionHolds(child, owner *Workload, found, known, creating bool) (bool, string) {
 	ref := child.ControllerRef
 	if why := ownerUnverified(ref, owner, found, known); why != "" {
 		return false, why
@@ -29,7 +29,7 @@ func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 	if !sameTemplate(child.Pod, owner.Pod, ex.AddedLabels) {
 		return false, "its pod template is not this " + child.Kind + "'s, so it judged a different one"
 	}
-	if why := unjudgedOwner(child, owner); why != "" {
+	if why := unjudgedOwner(child, owner, creating); why != "" {
 		return false, why
 	}
 	if child.Indexed != owner.Indexed {
@@ -50,12 +50,17 @@ func exemptionHolds(child, owner *Workload, found, known bool) (bool, string) {
 //     was judged for no shard, so a child that runs pods under it — a ReplicaSet scaled up by
 //     hand, a Job resumed, a Pod made in its name — starts them on a judgement nobody made. Its
 //     controller scales or resumes a child only after the owner itself was (and that was judged).
-func unjudgedOwner(child, owner *Workload) string {
+//   - A paused Deployment, for a child being created: its controller scales the ReplicaSets it
+//     has and makes none while paused (the sixth red team made one by hand in its name, and its
+//     Pods ran on a dead shard).
+func unjudgedOwner(child, owner *Workload, creating bool) string {
 	switch {
 	case owner.Deleting:
 		return "it is being deleted, and the guard does not judge an object in deletion"
 	case owner.NoPods != "" && child.NoPods == "":
 		return "it runs no pods (" + owner.NoPods + "), so it was judged for none"
+	case creating && owner.Paused:
+		return "it is paused, and its controller makes no " + child.Kind + " while paused"
 	}
 	return ""
 }
@@ -70,7 +75,7 @@ func unjudgedOwner(child, owner *Workload) string {
 // ConfigMap or a Role judged on their owner alone: adopted with another shard's hostname, another
 // ServiceAccount, another node, relabelled to another pod-index, or under a set in deletion.
 func madeByOwner(p, owner *Workload) bool {
-	if unjudgedOwner(p, owner) != "" || p.Pod.Spec == nil || owner.Pod.Spec == nil {
+	if unjudgedOwner(p, owner, false) != "" || p.Pod.Spec == nil || owner.Pod.Spec == nil {
 		return false
 	}
 	ps, ts := p.Pod.Spec, owner.Pod.Spec
@@ -142,7 +147,7 @@ func ownerUnverified(ref *metav1.OwnerReference, owner *Workload, found, known b
 // to the JOB_COMPLETION_INDEX an Indexed Job's controller adds. The rest of a Pod differs from
 // its template by design (the controller's per-pod fields, the ServiceAccount plugin's mounts,
 // sidecars a mutating webhook injects) and is judged on the Pod itself.
-func podExemptionHolds(p, owner *Workload, found, known bool) (bool, string) {
+func podExemptionHolds(p, owner *Workload, found, known, creating bool) (bool, string) {
 	ref := p.ControllerRef
 	if why := ownerUnverified(ref, owner, found, known); why != "" {
 		return false, why
@@ -150,7 +155,7 @@ func podExemptionHolds(p, owner *Workload, found, known bool) (bool, string) {
 	if !exemptingOwner(p.Kind, ref) || owner.Pod.Spec == nil || p.Pod.Spec == nil {
 		return false, "not a controller whose template the guard judges"
 	}
-	if why := unjudgedOwner(p, owner); why != "" {
+	if why := unjudgedOwner(p, owner, creating); why != "" {
 		return false, why
 	}
 	ps, os := p.Pod.Spec, owner.Pod.Spec

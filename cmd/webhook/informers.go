@@ -445,15 +445,23 @@ func (notWatched) Get(name string) (*coordinationv1.Lease, error) {
 
 var _ webhook.Workloads = (*watches)(nil)
 
+// watchOf is the reader watch of resource that covers namespace: its own, or the one of every
+// namespace.
+func (w *watches) watchOf(resource, namespace string) (*watched, bool) {
+	scopes := w.byKind[resource]
+	if x, ok := scopes[namespace]; ok {
+		return x, true
+	}
+	x, ok := scopes[""]
+	return x, ok
+}
+
 // Workload implements webhook.Workloads from the reader watches: the object as the watch last saw
 // it. known is false when the kind is not watched in that namespace.
 func (w *watches) Workload(resource, namespace, name string) (*webhook.Workload, bool, bool) {
-	scopes := w.byKind[resource]
-	x, ok := scopes[namespace]
+	x, ok := w.watchOf(resource, namespace)
 	if !ok {
-		if x, ok = scopes[""]; !ok {
-			return nil, false, false
-		}
+		return nil, false, false
 	}
 	obj, found, err := x.informer.GetStore().GetByKey(namespace + "/" + name)
 	if err != nil || !found {
@@ -476,14 +484,8 @@ var _ webhook.OwnedWorkloads = (*watches)(nil)
 // namespace whose controller has the UID owner (a paused Deployment's ReplicaSets, when it is
 // resumed). known is false when the kind is not watched there or its watch is not trusted.
 func (w *watches) OwnedBy(resource, namespace string, owner types.UID) ([]*webhook.Workload, bool) {
-	scopes := w.byKind[resource]
-	x, ok := scopes[namespace]
-	if !ok {
-		if x, ok = scopes[""]; !ok {
-			return nil, false
-		}
-	}
-	if x.trusted() != nil {
+	x, ok := w.watchOf(resource, namespace)
+	if !ok || x.trusted() != nil {
 		return nil, false
 	}
 	var out []*webhook.Workload

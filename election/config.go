@@ -1,162 +1,37 @@
 package election
 
-import (
-	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
-	"time"
-)
+import "github.com/noetl/ehdb-election/internal/electionenv"
 
 // The environment variables the election reads. The webhook reads the same names from a container's
 // resolved environment, through the same ParseConfig, so both judge "election enabled" identically.
 const (
-	EnvElection  = "NOETL_EHDB_ELECTION"
-	EnvLeaseSecs = "NOETL_EHDB_ELECTION_LEASE_SECS"
-	EnvRenewSecs = "NOETL_EHDB_ELECTION_RENEW_SECS"
-	EnvShard     = "NOETL_EHDB_ELECTION_SHARD"
-	EnvNamespace = "NOETL_EHDB_ELECTION_NAMESPACE"
+	EnvElection  = electionenv.EnvElection
+	EnvLeaseSecs = electionenv.EnvLeaseSecs
+	EnvRenewSecs = electionenv.EnvRenewSecs
+	EnvShard     = electionenv.EnvShard
+	EnvNamespace = electionenv.EnvNamespace
 	// EnvFencing arms the writer's fence: off | shadow | enforce. The election runs the same
 	// whatever it says; the writer's readiness (Readiness) and the admission guard act on it.
-	EnvFencing = "NOETL_EHDB_FENCING"
-
-	envPodNamespace = "POD_NAMESPACE"
-	envHostname     = "HOSTNAME"
-)
-
-// Bounds of the lease pair, in whole seconds (a Lease records its duration in whole seconds).
-const (
-	defaultLeaseSecs = 15
-	minLeaseSecs     = 3
-	maxLeaseSecs     = 300
-	minRenewSecs     = 1
+	EnvFencing = electionenv.EnvFencing
 )
 
 // Config is the election's configuration after parsing and clamping: what runs, what the gauges
-// show and what the start-up log line prints.
-type Config struct {
-	Enabled       bool
-	LeaseDuration time.Duration // after clamping
-	RenewInterval time.Duration // after clamping
+// show and what the start-up log line prints. Shard is meaningful only when HasShard is set (a
+// missing shard is never guessed as 0); Namespace is empty when the environment names none.
+type Config = electionenv.Config
 
-	// Shard is meaningful only when HasShard is set. A missing shard is never guessed as 0: an
-	// election for the wrong shard would mint tokens for another writer's Lease.
-	Shard    uint32
-	HasShard bool
-
-	// Namespace of the Lease; empty when the environment does not name one (the in-cluster
-	// ServiceAccount namespace file is consulted at start-up, not here, so parsing stays pure).
-	Namespace string
-
-	// Fencing is NOETL_EHDB_FENCING as given, trimmed ("" when unset); Armed says what it means.
-	Fencing string
-}
-
-// Armed says whether the fence is armed: the fencing value, trimmed and case-folded, is
-// "enforce". It is the admission guard's rule, so the writer and the guard agree on "armed".
-func (c Config) Armed() bool { return FenceArmed(c.Fencing) }
-
-// FenceArmed is the rule of Armed for one value of NOETL_EHDB_FENCING.
-func FenceArmed(v string) bool { return strings.EqualFold(strings.TrimSpace(v), "enforce") }
-
-// ordinalRE matches a StatefulSet pod name's trailing ordinal ("noetl-cmdbus-writer-3").
-var ordinalRE = regexp.MustCompile(`-([0-9]+)$`)
-
-// ParseConfig is THE parser of the election's environment: a writer passes os.LookupEnv, the webhook
-// a container's resolved environment. It never fails. Every value it cannot use as given is returned
-// as a problem and replaced by the safe choice: an unparseable switch means off (a guessed "on"
-// would start an election nobody asked for), an unparseable duration means its default, an
-// out-of-range duration is clamped, an unparseable shard means no shard.
+// ParseConfig is THE parser of the election's environment: a writer passes os.LookupEnv, the
+// webhook a container's resolved environment. It never fails. Every value it cannot use as given
+// is returned as a problem and replaced by the safe choice: an unparseable switch means off, an
+// unparseable duration its default, an out-of-range one is clamped, an unparseable shard no shard.
 func ParseConfig(lookup func(string) (string, bool)) (Config, []error) {
-	var problems []error
-	get := func(name string) (string, bool) {
-		v, ok := lookup(name)
-		v = strings.TrimSpace(v)
-		return v, ok && v != ""
-	}
-
-	var cfg Config
-	if v, ok := get(EnvElection); ok {
-		b, err := strconv.ParseBool(strings.ToLower(v))
-		if err != nil {
-			problems = append(problems, fmt.Errorf("%s=%q is not a boolean (true/false/1/0); election stays off", EnvElection, v))
-		}
-		cfg.Enabled = err == nil && b
-	}
-
-	lease := int64(defaultLeaseSecs)
-	if v, ok := get(EnvLeaseSecs); ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		switch {
-		case err != nil:
-			problems = append(problems, fmt.Errorf("%s=%q is not a whole number of seconds; using the default %d", EnvLeaseSecs, v, defaultLeaseSecs))
-		default:
-			lease = clamp(n, minLeaseSecs, maxLeaseSecs, EnvLeaseSecs, &problems)
-		}
-	}
-
-	renew := lease / 3
-	if v, ok := get(EnvRenewSecs); ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		switch {
-		case err != nil:
-			problems = append(problems, fmt.Errorf("%s=%q is not a whole number of seconds; using the default %d (lease/3)", EnvRenewSecs, v, renew))
-		default:
-			renew = clamp(n, minRenewSecs, lease/2, EnvRenewSecs, &problems)
-		}
-	}
-	cfg.LeaseDuration = time.Duration(lease) * time.Second
-	cfg.RenewInterval = time.Duration(renew) * time.Second
-
-	if v, ok := get(EnvShard); ok {
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil {
-			problems = append(problems, fmt.Errorf("%s=%q is not a shard number (0..%d); no shard", EnvShard, v, uint32(1<<32-1)))
-		} else {
-			cfg.Shard, cfg.HasShard = uint32(n), true
-		}
-	} else if host, ok := get(envHostname); ok {
-		if m := ordinalRE.FindStringSubmatch(host); m != nil {
-			n, err := strconv.ParseUint(m[1], 10, 32)
-			if err != nil {
-				problems = append(problems, fmt.Errorf("the ordinal of %s=%q is out of range; no shard", envHostname, host))
-			} else {
-				cfg.Shard, cfg.HasShard = uint32(n), true
-			}
-		}
-	}
-
-	if v, ok := get(EnvFencing); ok {
-		cfg.Fencing = v
-		switch {
-		case FenceArmed(v), strings.EqualFold(v, "shadow"), strings.EqualFold(v, "off"):
-		default:
-			problems = append(problems, fmt.Errorf("%s=%q is not off, shadow or enforce; only enforce arms the fence", EnvFencing, v))
-		}
-	}
-
-	if v, ok := get(EnvNamespace); ok {
-		cfg.Namespace = v
-	} else if v, ok := get(envPodNamespace); ok {
-		cfg.Namespace = v
-	}
-	return cfg, problems
+	return electionenv.Parse(lookup)
 }
 
-func clamp(n, lo, hi int64, name string, problems *[]error) int64 {
-	switch {
-	case n < lo:
-		*problems = append(*problems, fmt.Errorf("%s=%d is below %d; clamped to %d", name, n, lo, lo))
-		return lo
-	case n > hi:
-		*problems = append(*problems, fmt.Errorf("%s=%d is above %d; clamped to %d", name, n, hi, hi))
-		return hi
-	}
-	return n
-}
+// FenceArmed says whether one value of NOETL_EHDB_FENCING arms the fence: trimmed and case-folded,
+// it is "enforce". It is the admission guard's rule, so the writer and the guard agree on "armed".
+func FenceArmed(v string) bool { return electionenv.FenceArmed(v) }
 
 // LeaseName is the name of a shard's Lease: one election per writer process, not per bus, because
 // both buses of a writer live on the same ordinal's volumes.
-func LeaseName(shard uint32) string {
-	return fmt.Sprintf("ehdb-shard-%08x", shard)
-}
+func LeaseName(shard uint32) string { return electionenv.LeaseName(shard) }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/noetl/ehdb-election/internal/electionenv"
 	"k8s.io/client-go/rest"
 )
 
@@ -74,7 +76,7 @@ func StartFromEnvironment(ctx context.Context, lookup func(string) (string, bool
 		return decline(fmt.Sprintf("building a client: %v", err))
 	}
 	if opts.Identity == "" {
-		host, ok := lookup(envHostname)
+		host, ok := lookup(electionenv.EnvHostname)
 		if host = strings.TrimSpace(host); !ok || host == "" {
 			host, _ = os.Hostname()
 		}

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/internal/electionenv"
 )
 
 // Lease verbs the election needs, and the one whose grant to the default ServiceAccount is
@@ -43,7 +43,7 @@ func (d *Decision) checkAccess(f *Facts, sa types.NamespacedName, ns string, sha
 		}
 		var verbFailed, verbDenied bool
 		for _, s := range shards {
-			name := election.LeaseName(s)
+			name := electionenv.LeaseName(s)
 			n, ok := f.Access[AccessCheck{ServiceAccount: sa, Namespace: ns, Verb: verb, Name: name}]
 			switch {
 			case !ok:

@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // maxReaders bounds the readers of one ConfigMap the guard judges in one review; above it the
@@ -25,14 +24,14 @@ const maxReaders = 32
 // off is refused with the removal order), and a shard it moves to faces the order check. The
 // readers come from a watch-fed index of every kind in PodSources; a reader whose controller is a
 // reader of the same review with the same template is judged through that controller.
-func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, log logr.Logger, start time.Time) admission.Response {
+func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Logger, start time.Time) Response {
 	kind := gvkConfigMap.Kind
 	change := &ConfigMapChange{Name: req.Name, New: ConfigMapFact{NotFound: true}, Old: ConfigMapFact{NotFound: true}}
 	if req.Operation != admissionv1.Delete {
 		newCM, err := decodeConfigMap(req.Object.Raw)
 		if err != nil {
-			h.Metrics.observe(req, kind, false, ReasonMalformed, time.Since(start))
-			return admission.Errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed ConfigMap: %w", err))
+			h.observe(req, kind, false, ReasonMalformed, time.Since(start))
+			return errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed ConfigMap: %w", err))
 		}
 		change.New = ConfigMapFact{Data: newCM.Data}
 		if change.Name == "" {
@@ -52,8 +51,8 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 	}
 	readers, err := h.Readers.ReadersOf(req.Namespace, change.Name)
 	if err != nil {
-		h.Metrics.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
-		return admission.Denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
+		h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
+		return denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
 	}
 	readers = judgedThroughController(affectedReaders(change, readers))
 	ctx, cancel := h.deadline(ctx)
@@ -93,15 +92,15 @@ func (h *Handler) handleConfigMap(ctx context.Context, req admission.Request, lo
 		warnings = warnings[:maxListed]
 	}
 	if len(denials) == 0 {
-		h.Metrics.observe(req, kind, true, ReasonNoOpinion, time.Since(start))
-		return admission.Allowed("").WithWarnings(warnings...)
+		h.observe(req, kind, true, ReasonNoOpinion, time.Since(start))
+		return allowed().WithWarnings(warnings...)
 	}
-	h.Metrics.observe(req, kind, false, denials[0].Reason, time.Since(start))
+	h.observe(req, kind, false, denials[0].Reason, time.Since(start))
 	msg := denials[0].Message()
 	if len(denials) > 1 {
 		msg += fmt.Sprintf("\n(and %d more object(s) reading ConfigMap %s/%s are refused likewise)", len(denials)-1, req.Namespace, change.Name)
 	}
-	return admission.Denied(msg).WithWarnings(warnings...)
+	return denied(msg).WithWarnings(warnings...)
 }
 
 // affectedReaders keeps the readers whose judgement the change can move. A reader is judged when

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/internal/electionenv"
 )
 
 // Decide is the guard's policy: a pure function of the object, the old object and the facts.
@@ -67,8 +67,8 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		// Out of reach (README): a writer's image may set the fencing variable in its ENV.
 		for i := range views {
 			if _, set := views[i].env.Lookup(EnvFencing); !set {
-				if _, writer := views[i].env.Lookup(election.EnvElection); writer {
-					d.warn(truncate(views[i].label()+" sets "+election.EnvElection+" but not "+EnvFencing+": if its image's ENV sets "+EnvFencing+", the guard cannot see it; set it in the env explicitly.", 240))
+				if _, writer := views[i].env.Lookup(electionenv.EnvElection); writer {
+					d.warn(truncate(views[i].label()+" sets "+electionenv.EnvElection+" but not "+EnvFencing+": if its image's ENV sets "+EnvFencing+", the guard cannot see it; set it in the env explicitly.", 240))
 				}
 			}
 		}
@@ -89,27 +89,27 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		switch {
 		case ev.enabledSet && !ev.enabledText.Known():
 			d.unmet(ReasonElectionUnknowable,
-				fmt.Sprintf("%s: %s cannot be known (%s), so election cannot be verified as enabled.", v.label(), election.EnvElection, ev.enabledText.Unknown.String()),
-				fmt.Sprintf("set %s=true in the env of %s (or in a ConfigMap it reads).", election.EnvElection, v.label())+removal)
+				fmt.Sprintf("%s: %s cannot be known (%s), so election cannot be verified as enabled.", v.label(), electionenv.EnvElection, ev.enabledText.Unknown.String()),
+				fmt.Sprintf("set %s=true in the env of %s (or in a ConfigMap it reads).", electionenv.EnvElection, v.label())+removal)
 		case !ev.enabled:
-			detail := election.EnvElection + " is not set (election is off by default)"
+			detail := electionenv.EnvElection + " is not set (election is off by default)"
 			if ev.enabledSet {
-				detail = fmt.Sprintf("%s=%s does not enable it", election.EnvElection, ev.enabledText.shown(-1))
-				if msg := problemsAbout(ev.problems, election.EnvElection); msg != "" && !ev.enabledText.Read {
+				detail = fmt.Sprintf("%s=%s does not enable it", electionenv.EnvElection, ev.enabledText.shown(-1))
+				if msg := problemsAbout(ev.problems, electionenv.EnvElection); msg != "" && !ev.enabledText.Read {
 					detail += " (" + msg + ")"
 				}
 			}
 			d.unmet(ReasonElectionDisabled,
 				fmt.Sprintf("%s: election is not enabled: %s.", v.label(), detail),
-				fmt.Sprintf("set %s=true in the env of %s, the same container that sets %s.", election.EnvElection, v.label(), EnvFencing)+removal)
+				fmt.Sprintf("set %s=true in the env of %s, the same container that sets %s.", electionenv.EnvElection, v.label(), EnvFencing)+removal)
 		case ev.tooMany > 0:
 			d.unmet(ReasonTooComplex,
 				fmt.Sprintf("%s: the StatefulSet has %d replicas and each pod takes its shard from its ordinal; the guard judges at most %d shards per object, so it cannot verify this one.", v.label(), ev.tooMany, p.maxShards()),
-				fmt.Sprintf("run at most %d replicas per StatefulSet, or set %s explicitly.", p.maxShards(), election.EnvShard))
+				fmt.Sprintf("run at most %d replicas per StatefulSet, or set %s explicitly.", p.maxShards(), electionenv.EnvShard))
 		case ev.shardProblem != "" && ev.shardCertain:
 			d.unmet(ReasonShardUnknown,
 				fmt.Sprintf("%s: %s.", v.label(), ev.shardProblem),
-				fmt.Sprintf("set %s to the writer's shard number (decimal), or run it as a StatefulSet whose pod hostnames end in the ordinal.", election.EnvShard))
+				fmt.Sprintf("set %s to the writer's shard number (decimal), or run it as a StatefulSet whose pod hostnames end in the ordinal.", electionenv.EnvShard))
 		default:
 			for _, pr := range ev.problems {
 				d.warn(fmt.Sprintf("%s: %v", v.label(), pr))
@@ -164,7 +164,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		if !ev.namespace.Known() {
 			d.unmet(ReasonElectionUnknowable,
 				fmt.Sprintf("%s: the election's namespace cannot be known (%s).", armed[i].label(), ev.namespace.Unknown.String()),
-				fmt.Sprintf("set %s (or POD_NAMESPACE from fieldRef metadata.namespace) to a value the guard can read.", election.EnvNamespace))
+				fmt.Sprintf("set %s (or POD_NAMESPACE from fieldRef metadata.namespace) to a value the guard can read.", electionenv.EnvNamespace))
 			continue
 		}
 		ns := ev.namespace.Text
@@ -198,13 +198,13 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 				// a key removed) runs pods on shards no order check covered, or none.
 				d.unmet(ReasonShardUnknown,
 					fmt.Sprintf("%s: cannot tell which shard Leases to check: %s.", armed[i].label(), ev.shardProblem),
-					fmt.Sprintf("set %s explicitly in %s, or run the writer as a StatefulSet.", election.EnvShard, armed[i].label()))
+					fmt.Sprintf("set %s explicitly in %s, or run the writer as a StatefulSet.", electionenv.EnvShard, armed[i].label()))
 				continue
 			}
 			if added := scope.added(ev.namespace.Text, ev.shards); len(added) > 0 && !p.leasesReadable(ev.namespace.Text) {
 				d.unmet(ReasonLeaseUnguarded,
 					fmt.Sprintf("%s: the election's Leases live in namespace %s, which this webhook is not guarding (its guarded namespaces: %s), so it can never verify them, and no lease guard protects them.", armed[i].label(), ev.namespace.Text, strings.Join(p.LeaseNamespaces, ", ")),
-					fmt.Sprintf("keep the Leases in a guarded namespace (unset %s), or add %s to the chart's webhook.guardedNamespaces.", election.EnvNamespace, ev.namespace.Text))
+					fmt.Sprintf("keep the Leases in a guarded namespace (unset %s), or add %s to the chart's webhook.guardedNamespaces.", electionenv.EnvNamespace, ev.namespace.Text))
 				continue
 			}
 			d.checkLeases(f, ev.namespace.Text, scope.added(ev.namespace.Text, ev.shards))

@@ -5,7 +5,7 @@ import (
 
 	"strings"
 
-	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/internal/electionenv"
 )
 
 // electionView is what the shared election parser makes of an armed container's environment.
@@ -55,7 +55,7 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 			return l.v, l.ok
 		}
 		v, ok := env.Lookup(name)
-		if v.PerOrdinal && name != election.EnvShard && name != "HOSTNAME" {
+		if v.PerOrdinal && name != electionenv.EnvShard && name != "HOSTNAME" {
 			// Only the shard is meant to vary by ordinal; anything else that does is not judged.
 			v = Value{Unknown: &Unknown{Reasons: []string{name + " differs from pod to pod (it is made of the ordinal)"}}}
 		}
@@ -75,14 +75,14 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 			return v.At(ordinal), true
 		}
 	}
-	cfg, problems := election.ParseConfig(getenv(-1, ""))
+	cfg, problems := electionenv.Parse(getenv(-1, ""))
 	ev.problems = unquoted(problems, lookup)
-	_, ev.enabledText, ev.enabledSet = firstSet(lookup, election.EnvElection)
+	_, ev.enabledText, ev.enabledSet = firstSet(lookup, electionenv.EnvElection)
 	ev.enabled = cfg.Enabled && ev.enabledSet && ev.enabledText.Known()
 
 	// The Lease's namespace: NOETL_EHDB_ELECTION_NAMESPACE, else POD_NAMESPACE, else the
 	// ServiceAccount namespace file, which is the pod's namespace.
-	switch name, v, ok := firstSet(lookup, election.EnvNamespace, "POD_NAMESPACE"); {
+	switch name, v, ok := firstSet(lookup, electionenv.EnvNamespace, "POD_NAMESPACE"); {
 	case !ok:
 		ev.namespace, ev.namespaceFromFile = Value{Text: w.Namespace}, true
 	case !v.Known():
@@ -93,13 +93,13 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 
 	// The shard: NOETL_EHDB_ELECTION_SHARD, else the ordinal at the end of $HOSTNAME, which the
 	// container may set itself and otherwise is the pod's hostname.
-	name, v, ok := firstSet(lookup, election.EnvShard, "HOSTNAME")
+	name, v, ok := firstSet(lookup, electionenv.EnvShard, "HOSTNAME")
 	switch {
 	case ok && !v.Known():
 		ev.shardProblem = name + " cannot be known (" + v.Unknown.String() + ")"
 		return ev
 	case ok && !v.PerOrdinal:
-		c, _ := election.ParseConfig(getenv(-1, ""))
+		c, _ := electionenv.Parse(getenv(-1, ""))
 		if c.HasShard {
 			ev.shards = []uint32{c.Shard}
 			return ev
@@ -117,7 +117,7 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 			ev.shardProblem = "the shard comes from the pod's hostname, and " + why
 			return ev
 		}
-		if c, _ := election.ParseConfig(getenv(-1, host)); c.HasShard {
+		if c, _ := electionenv.Parse(getenv(-1, host)); c.HasShard {
 			ev.shards = []uint32{c.Shard}
 			return ev
 		}
@@ -141,7 +141,7 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 				return ev
 			}
 		}
-		c, ps := election.ParseConfig(getenv(ordinal, host))
+		c, ps := electionenv.Parse(getenv(ordinal, host))
 		if !c.HasShard {
 			ev.shardCertain = true
 			if ok {
@@ -162,7 +162,7 @@ func judgeElection(w *Workload, env *Env, maxShards int) electionView {
 
 // electionVariables are the variables election.ParseConfig reads, longest first (a problem about
 // NOETL_EHDB_ELECTION_SHARD also contains NOETL_EHDB_ELECTION).
-var electionVariables = []string{election.EnvLeaseSecs, election.EnvRenewSecs, election.EnvNamespace, election.EnvShard, election.EnvElection, "POD_NAMESPACE", "HOSTNAME"}
+var electionVariables = []string{electionenv.EnvLeaseSecs, electionenv.EnvRenewSecs, electionenv.EnvNamespace, electionenv.EnvShard, electionenv.EnvElection, "POD_NAMESPACE", "HOSTNAME"}
 
 // unquoted replaces each parser problem about a variable whose value was read from a ConfigMap
 // with one that does not quote it (Value.Read): the parser's own messages quote the value.

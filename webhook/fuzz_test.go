@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/internal/electionenv"
 	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
@@ -223,7 +223,7 @@ func FuzzEnvResolution(f *testing.F) {
 		fencing, set := env["NOETL_EHDB_FENCING"]
 		armed := set && strings.EqualFold(strings.TrimSpace(fencing), "enforce")
 		env["HOSTNAME"] = wt.WriterName + "-0"
-		cfg, _ := election.ParseConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		cfg, _ := electionenv.Parse(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 		if armed && !cfg.Enabled && d.Allowed {
 			t.Fatalf("armed without election, allowed\ncontainer %+v\nconfigmaps %v secrets %v\nkubelet env %q\ndecision %+v", c, cms, secrets, env, d)
 		}

@@ -25,7 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	kjson "sigs.k8s.io/json"
 
-	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/internal/electionenv"
 	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
@@ -206,7 +206,7 @@ func fuzzReaders(t testing.TB) webhook.ConfigMapReaders {
 }
 
 // fuzzBoundConfigMap is what the bound writer reads its election settings from.
-var fuzzBoundConfigMap = map[string]string{election.EnvElection: "true"}
+var fuzzBoundConfigMap = map[string]string{electionenv.EnvElection: "true"}
 
 // fuzzBoundWriter is the bound cluster's armed writer: the reference writer with the literal
 // enforce and the chart's ServiceAccount, taking every other variable from ConfigMap flags
@@ -442,7 +442,7 @@ func configMapDisarmsBoundWriter(body []byte) bool {
 		return false
 	}
 	c := fuzzBoundWriter().Spec.Template.Spec.Containers[0]
-	run := func(data map[string]string, exists bool) (cfg election.Config, armed bool) {
+	run := func(data map[string]string, exists bool) (cfg electionenv.Config, armed bool) {
 		cms := map[string]map[string]string{}
 		if exists {
 			cms["flags"] = data
@@ -452,8 +452,8 @@ func configMapDisarmsBoundWriter(body []byte) bool {
 			return cfg, false
 		}
 		env["HOSTNAME"] = wt.WriterName + "-0"
-		cfg, _ = election.ParseConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-		return cfg, election.FenceArmed(env[webhook.EnvFencing])
+		cfg, _ = electionenv.Parse(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		return cfg, electionenv.FenceArmed(env[webhook.EnvFencing])
 	}
 	before, armed := run(old, true)
 	if !armed || !before.Enabled || !before.HasShard || before.Shard != 0 || before.Namespace != ns {

@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	kjson "sigs.k8s.io/json"
 )
 
@@ -32,12 +30,11 @@ type Handler struct {
 	Policy   Policy
 	// Clock judges Lease liveness; nil means the real clock.
 	Clock clock.PassiveClock
-	// Metrics may be nil.
-	Metrics *Metrics
+	// Metrics records every decision (package webhook/metrics: Prometheus); nil records none.
+	Metrics Recorder
 	// Log receives one line per decision; the zero Logger means the one in the request context
-	// (controller-runtime puts the request's identity there). logr.Discard() is that zero Logger
-	// too (its sink is nil), so it does not silence the handler: a logger whose sink drops
-	// every line does.
+	// (logr.FromContext), if any. logr.Discard() is that zero Logger too (its sink is nil), so it
+	// does not silence the handler: a logger whose sink drops every line does.
 	Log logr.Logger
 	// LookupTimeout bounds all lookups of one admission, so the guard answers before the API
 	// server's webhook timeout (the chart uses 5 s); 0 means 4 s. A request that says its own
@@ -76,17 +73,10 @@ type Handler struct {
 // DefaultMaxInFlight is the reviews one webhook process works on at once by default.
 const DefaultMaxInFlight = 32
 
-var _ admission.Handler = (*Handler)(nil)
-
-// NewWebhook wraps h for a controller-runtime webhook server (it recovers panics into a 500).
-func NewWebhook(h *Handler) *admission.Webhook {
-	return &admission.Webhook{Handler: h}
-}
-
-// Handle implements admission.Handler. A panic anywhere in judging is recovered here: the review
+// Handle answers one review (NewHTTPHandler serves it over HTTP). A panic anywhere in judging is recovered here: the review
 // is refused (a workload) or admitted with a warning (a Pod, which fails open), never left to
 // kill the process or hang the API server's call.
-func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admission.Response) {
+func (h *Handler) Handle(ctx context.Context, req Request) (resp Response) {
 	start := time.Now()
 	defer func() {
 		r := recover()
@@ -100,12 +90,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 		msg := fmt.Sprintf("ehdb-election guard: internal error judging %s %s/%s: %v", req.Kind.Kind, req.Namespace, req.Name, r)
 		h.logger(ctx).Error(fmt.Errorf("panic: %v", r), "recovered a panic while judging a review", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
 		if schema.GroupVersionKind(req.Kind) == gvkPod {
-			h.Metrics.observe(req, kind, true, ReasonUnverifiedPod, time.Since(start))
-			resp = admission.Allowed("").WithWarnings(truncate(msg+" (Pods fail open)", 240))
+			h.observe(req, kind, true, ReasonUnverifiedPod, time.Since(start))
+			resp = allowed().WithWarnings(truncate(msg+" (Pods fail open)", 240))
 			return
 		}
-		h.Metrics.observe(req, kind, false, ReasonInternalError, time.Since(start))
-		resp = admission.Errored(http.StatusInternalServerError, errors.New(msg))
+		h.observe(req, kind, false, ReasonInternalError, time.Since(start))
+		resp = errored(http.StatusInternalServerError, errors.New(msg))
 	}()
 	log := h.logger(ctx)
 	gvk := schema.GroupVersionKind(req.Kind)
@@ -116,15 +106,15 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	log = log.WithValues("kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name,
 		"operation", req.Operation, "uid", req.UID, "dryRun", req.DryRun != nil && *req.DryRun)
 
-	allow := func(reason Reason, msg string) admission.Response {
-		h.Metrics.observe(req, kind, true, reason, time.Since(start))
+	allow := func(reason Reason, msg string) Response {
+		h.observe(req, kind, true, reason, time.Since(start))
 		log.Info("allowed: no opinion", "reason", reason, "why", msg)
-		return admission.Allowed("")
+		return allowed()
 	}
-	malformed := func(err error) admission.Response {
-		h.Metrics.observe(req, kind, false, ReasonMalformed, time.Since(start))
+	malformed := func(err error) Response {
+		h.observe(req, kind, false, ReasonMalformed, time.Since(start))
 		log.Info("denied: malformed request", "reason", ReasonMalformed, "error", err.Error())
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed AdmissionReview: %w", err))
+		return errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed AdmissionReview: %w", err))
 	}
 
 	if (gvk == gvkConfigMap || isRBACKind(gvk)) && completesDeletion(req) {
@@ -188,7 +178,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	defer load.release()
 	d, lookups := h.decide(withReviewLoad(ctx, load), in)
 
-	h.Metrics.observe(req, kind, d.Allowed, d.Reason, time.Since(start))
+	h.observe(req, kind, d.Allowed, d.Reason, time.Since(start))
 	kv := []any{"allowed", d.Allowed, "reason", d.Reason, "lookups", lookups, "tookMs", time.Since(start).Milliseconds()}
 	if len(d.Armed) > 0 {
 		kv = append(kv, "armed", d.Armed)
@@ -206,15 +196,15 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) (resp admis
 	log.Info("decision", kv...)
 
 	if d.Allowed {
-		return admission.Allowed("").WithWarnings(d.Warnings...)
+		return allowed().WithWarnings(d.Warnings...)
 	}
-	return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
+	return denied(d.Message()).WithWarnings(d.Warnings...)
 }
 
 // completesDeletion reports whether req is an UPDATE that deletes its object: the last finalizer
 // removed from an object in deletion without a grace period (the API server's
 // ShouldDeleteDuringUpdate). An object the guard cannot read does not complete anything here.
-func completesDeletion(req admission.Request) bool {
+func completesDeletion(req Request) bool {
 	if req.Operation != admissionv1.Update {
 		return false
 	}
@@ -265,7 +255,7 @@ func (h *Handler) logger(ctx context.Context) logr.Logger {
 	if h.Log.GetSink() != nil {
 		return h.Log
 	}
-	return logf.FromContext(ctx)
+	return logr.FromContextOrDiscard(ctx)
 }
 
 func (h *Handler) now() time.Time {

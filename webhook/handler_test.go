@@ -19,13 +19,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/webhook"
+	"github.com/noetl/ehdb-election/webhook/metrics"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 func newServer(t *testing.T, r webhook.Resolver) (*httptest.Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := webhook.NewMetrics(reg)
+	m, err := metrics.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/internal/electionenv"
 )
 
 // checkLeases requires each shard's Lease to be live by the SPEC rule (now <= renewTime +
@@ -17,7 +17,7 @@ func (d *Decision) checkLeases(f *Facts, ns string, shards []uint32) {
 	type bad struct{ reason, text string }
 	var problems []bad
 	for _, s := range shards {
-		key := types.NamespacedName{Namespace: ns, Name: election.LeaseName(s)}
+		key := types.NamespacedName{Namespace: ns, Name: electionenv.LeaseName(s)}
 		lf, ok := f.Leases[key]
 		switch {
 		case !ok:
@@ -47,7 +47,7 @@ func (d *Decision) checkLeases(f *Facts, ns string, shards []uint32) {
 	}
 	if len(live) > 0 {
 		d.unmet(ReasonLeaseNotLive, listed(live)+".",
-			fmt.Sprintf("first deploy with %s=shadow (or off) and %s=true, wait until ehdb_election_token_valid is 1 on every writer, then set enforce.", EnvFencing, election.EnvElection))
+			fmt.Sprintf("first deploy with %s=shadow (or off) and %s=true, wait until ehdb_election_token_valid is 1 on every writer, then set enforce.", EnvFencing, electionenv.EnvElection))
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/internal/electionenv"
 )
 
 // Needs returns the lookups Decide still lacks for in. It asks for nothing when nothing can be
@@ -78,7 +78,7 @@ func Needs(in Input, f *Facts, p Policy) Query {
 				// once the namespace-wide review has refused (create cannot be restricted by name).
 				if a, ok := after.Access[wide]; ok && a.Err == nil && !a.Allowed && verb != "create" && shardsKnown {
 					for _, s := range ev.shards {
-						b.access(AccessCheck{ServiceAccount: saKey, Namespace: ns, Verb: verb, Name: election.LeaseName(s)})
+						b.access(AccessCheck{ServiceAccount: saKey, Namespace: ns, Verb: verb, Name: electionenv.LeaseName(s)})
 					}
 				}
 			}
@@ -86,7 +86,7 @@ func Needs(in Input, f *Facts, p Policy) Query {
 		b.access(AccessCheck{ServiceAccount: types.NamespacedName{Namespace: w.Namespace, Name: "default"}, Namespace: ns, Verb: "update"})
 		if shardsKnown && p.leasesReadable(ns) {
 			for _, s := range scope.added(ns, ev.shards) {
-				b.lease(types.NamespacedName{Namespace: ns, Name: election.LeaseName(s)})
+				b.lease(types.NamespacedName{Namespace: ns, Name: electionenv.LeaseName(s)})
 			}
 		}
 	}

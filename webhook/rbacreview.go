@@ -11,7 +11,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // handleRBAC judges an UPDATE or DELETE of a Role, RoleBinding, ClusterRole, ClusterRoleBinding or
@@ -22,18 +21,18 @@ import (
 // guarded objects that run as them (Accounts, from the watches), and judges each with the facts as
 // the change leaves them (DecideRBACChange). Facts are read fresh: two removals in a row each see
 // the other's result.
-func (h *Handler) handleRBAC(ctx context.Context, req admission.Request, log logr.Logger, start time.Time) admission.Response {
+func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, start time.Time) Response {
 	gvk := schema.GroupVersionKind(req.Kind)
 	kind := gvk.Kind
-	deny := func(reason Reason, msg string) admission.Response {
-		h.Metrics.observe(req, kind, false, reason, time.Since(start))
+	deny := func(reason Reason, msg string) Response {
+		h.observe(req, kind, false, reason, time.Since(start))
 		log.Info("decision", "allowed", false, "reason", reason, "why", msg)
-		return admission.Denied(msg)
+		return denied(msg)
 	}
 	change, err := DecodeRBACChange(gvk, req.Namespace, req.Name, req.Object.Raw, req.OldObject.Raw, req.Operation == admissionv1.Delete)
 	if err != nil {
-		h.Metrics.observe(req, kind, false, ReasonMalformed, time.Since(start))
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed %s: %w", kind, err))
+		h.observe(req, kind, false, ReasonMalformed, time.Since(start))
+		return errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed %s: %w", kind, err))
 	}
 	if c, ok := h.Accounts.(interface{ Covers(string) bool }); ok && change.Namespace != "" && !c.Covers(change.Namespace) {
 		return deny(ReasonCouldNotVerify, fmt.Sprintf("ehdb-election guard: could not verify %s: this webhook's watches do not cover namespace %s, which its configuration sends it", change, change.Namespace))
@@ -103,11 +102,11 @@ func (h *Handler) handleRBAC(ctx context.Context, req admission.Request, log log
 		if h.Invalidate != nil {
 			h.Invalidate()
 		}
-		h.Metrics.observe(req, kind, true, ReasonNoOpinion, time.Since(start))
-		return admission.Allowed("").WithWarnings(warnings...)
+		h.observe(req, kind, true, ReasonNoOpinion, time.Since(start))
+		return allowed().WithWarnings(warnings...)
 	}
-	h.Metrics.observe(req, kind, false, denials[0].Reason, time.Since(start))
-	return admission.Denied(DisarmMessage(change, denials)).WithWarnings(warnings...)
+	h.observe(req, kind, false, denials[0].Reason, time.Since(start))
+	return denied(DisarmMessage(change, denials)).WithWarnings(warnings...)
 }
 
 // evaluateRBAC is Evaluate for one writer under an RBAC change: the same rounds of lookups (plus

@@ -10,7 +10,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // Workloads finds a guarded workload as the webhook's watches hold it. The guard asks it when a
@@ -26,7 +25,7 @@ var gvkScale = autoscalingv1.SchemeGroupVersion.WithKind("Scale")
 // scaleSource returns the kind req scales through its scale subresource (PodSource.Scale), if it
 // does: a StatefulSet's new ordinals are shards the order check covers, and any of these kinds
 // scaled up from 0 starts running pods (transition.go).
-func scaleSource(req admission.Request) (*PodSource, bool) {
+func scaleSource(req Request) (*PodSource, bool) {
 	if req.SubResource != "scale" || req.Operation != admissionv1.Update {
 		return nil, false
 	}
@@ -38,14 +37,14 @@ func scaleSource(req admission.Request) (*PodSource, bool) {
 	return nil, false
 }
 
-func isScale(req admission.Request) bool { _, ok := scaleSource(req); return ok }
+func isScale(req Request) bool { _, ok := scaleSource(req); return ok }
 
 // handleScale judges a workload scaled through its scale subresource as the same workload updated
 // from the old replica count to the new one: an armed StatefulSet scaled up must have a live Lease
 // for every ordinal it adds, and any armed workload scaled up from 0 one for every shard it runs.
 // The pod template comes from the watch; a workload the watch does not hold cannot be verified,
 // and that is refused (workloads fail closed).
-func (h *Handler) handleScale(ctx context.Context, req admission.Request, log logr.Logger, start time.Time) admission.Response {
+func (h *Handler) handleScale(ctx context.Context, req Request, log logr.Logger, start time.Time) Response {
 	src, _ := scaleSource(req)
 	kind := src.GVK.Kind
 	var newScale, oldScale autoscalingv1.Scale
@@ -124,8 +123,8 @@ func malformedDecision(err error) Decision {
 }
 
 // answer records and renders a decision of one of the reviews routed outside Handle's main path.
-func (h *Handler) answer(req admission.Request, log logr.Logger, kind string, start time.Time, d Decision, lookups int) admission.Response {
-	h.Metrics.observe(req, kind, d.Allowed, d.Reason, time.Since(start))
+func (h *Handler) answer(req Request, log logr.Logger, kind string, start time.Time, d Decision, lookups int) Response {
+	h.observe(req, kind, d.Allowed, d.Reason, time.Since(start))
 	kv := []any{"allowed", d.Allowed, "reason", d.Reason, "lookups", lookups, "tookMs", time.Since(start).Milliseconds()}
 	if len(d.Unmet) > 0 {
 		unmet := make([]string, len(d.Unmet))
@@ -136,10 +135,10 @@ func (h *Handler) answer(req admission.Request, log logr.Logger, kind string, st
 	}
 	log.Info("decision", kv...)
 	if d.Allowed {
-		return admission.Allowed("").WithWarnings(d.Warnings...)
+		return allowed().WithWarnings(d.Warnings...)
 	}
 	if d.Reason == ReasonMalformed {
-		return admission.Errored(400, errors.New("ehdb-election guard: malformed AdmissionReview: "+d.Unmet[0].Problem))
+		return errored(400, errors.New("ehdb-election guard: malformed AdmissionReview: "+d.Unmet[0].Problem))
 	}
-	return admission.Denied(d.Message()).WithWarnings(d.Warnings...)
+	return denied(d.Message()).WithWarnings(d.Warnings...)
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // This file answers: can a Service redirect the election? The kubelet gives every container the
@@ -23,14 +22,14 @@ var gvkService = schema.GroupVersionKind{Version: "v1", Kind: "Service"}
 // apiServiceName is the Service whose address the kubelet gives as the API server's.
 const apiServiceName = "kubernetes"
 
-func (h *Handler) handleService(req admission.Request, log logr.Logger, start time.Time) admission.Response {
+func (h *Handler) handleService(req Request, log logr.Logger, start time.Time) Response {
 	name := req.Name
 	if name != apiServiceName {
-		h.Metrics.observe(req, gvkService.Kind, true, ReasonNoOpinion, time.Since(start))
-		return admission.Allowed("")
+		h.observe(req, gvkService.Kind, true, ReasonNoOpinion, time.Since(start))
+		return allowed()
 	}
 	msg := fmt.Sprintf("ehdb-election guard: refusing Service %s/%s: the kubelet gives its address to every container in %s that keeps its service links as KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT, in place of the cluster's API server, so every writer's election there would dial it. Name it otherwise (a Service named %s belongs in the default namespace only).", req.Namespace, name, req.Namespace, apiServiceName)
-	h.Metrics.observe(req, gvkService.Kind, false, ReasonOtherAPIServer, time.Since(start))
+	h.observe(req, gvkService.Kind, false, ReasonOtherAPIServer, time.Since(start))
 	log.Info("decision", "allowed", false, "reason", ReasonOtherAPIServer)
-	return admission.Denied(msg)
+	return denied(msg)
 }

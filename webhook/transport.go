@@ -13,7 +13,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	kjson "sigs.k8s.io/json"
 )
 
@@ -58,11 +57,10 @@ func NewHTTPHandler(h *Handler) http.Handler {
 	if limit <= 0 {
 		limit = DefaultMaxInFlight
 	}
-	return &transport{wh: NewWebhook(h), h: h, limit: limit, slots: make(chan struct{}, limit), budget: newBodyBudget(smallReserve, largePool)}
+	return &transport{h: h, limit: limit, slots: make(chan struct{}, limit), budget: newBodyBudget(smallReserve, largePool)}
 }
 
 type transport struct {
-	wh     *admission.Webhook
 	h      *Handler
 	limit  int
 	slots  chan struct{}
@@ -113,7 +111,8 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp := t.wh.Handle(ctx, req)
+	resp := t.h.Handle(ctx, req)
+	resp.UID = req.UID
 	w.Header().Set("Content-Type", "application/json")
 	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: &resp.AdmissionResponse}
 	if err := json.NewEncoder(w).Encode(out); err != nil {
@@ -177,22 +176,22 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 
 // decodeReview decodes an admission.k8s.io/v1 AdmissionReview with a request, case-sensitively
 // as the API server and controller-runtime decode it, in one pass over the body.
-func decodeReview(body []byte) (admission.Request, error) {
+func decodeReview(body []byte) (Request, error) {
 	var env struct {
 		APIVersion string                        `json:"apiVersion"`
 		Kind       string                        `json:"kind"`
 		Request    *admissionv1.AdmissionRequest `json:"request"`
 	}
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(body, &env); err != nil {
-		return admission.Request{}, fmt.Errorf("not JSON, or a field of the wrong type: %w", err)
+		return Request{}, fmt.Errorf("not JSON, or a field of the wrong type: %w", err)
 	}
 	if env.APIVersion != "admission.k8s.io/v1" || env.Kind != "AdmissionReview" {
-		return admission.Request{}, fmt.Errorf("got apiVersion %q kind %q, want admission.k8s.io/v1 AdmissionReview", env.APIVersion, env.Kind)
+		return Request{}, fmt.Errorf("got apiVersion %q kind %q, want admission.k8s.io/v1 AdmissionReview", env.APIVersion, env.Kind)
 	}
 	if env.Request == nil {
-		return admission.Request{}, errors.New("no request")
+		return Request{}, errors.New("no request")
 	}
-	return admission.Request{AdmissionRequest: *env.Request}, nil
+	return Request{AdmissionRequest: *env.Request}, nil
 }
 
 // requestDeadline is the context of one review: it ends at 90% of the timeout the API server

@@ -29,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/noetl/ehdb-election/webhook"
+	guardmetrics "github.com/noetl/ehdb-election/webhook/metrics"
 )
 
 const webhookPath = webhook.Path
@@ -71,7 +72,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		return err
 	}
 
-	metrics, err := webhook.NewMetrics(ctrlmetrics.Registry)
+	decisions, err := guardmetrics.New(ctrlmetrics.Registry)
 	if err != nil {
 		return err
 	}
@@ -126,7 +127,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		// Its RBAC and watches cover the guarded namespaces only: a Lease elsewhere is refused
 		// for what it is, never "could not verify" (which a Pod would pass).
 		Policy:      webhook.Policy{RequireLiveLease: o.requireLiveLease, MaxShards: o.maxShards, LeaseNamespaces: leaseNamespaces(o.guardedNamespaces)},
-		Metrics:     metrics,
+		Metrics:     decisions,
 		Log:         log.WithName("guard"),
 		Readers:     healthyReaders{w},
 		Owners:      w,

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/internal/electionenv"
 	"github.com/noetl/ehdb-election/webhook"
 )
 
@@ -90,7 +90,7 @@ func SetEnv(name, value string) func(*appsv1.StatefulSet) {
 func Armed() func(*appsv1.StatefulSet) { return SetEnv(webhook.EnvFencing, "enforce") }
 
 // ElectionOn sets NOETL_EHDB_ELECTION=true.
-func ElectionOn() func(*appsv1.StatefulSet) { return SetEnv(election.EnvElection, "true") }
+func ElectionOn() func(*appsv1.StatefulSet) { return SetEnv(electionenv.EnvElection, "true") }
 
 // ServiceAccount sets the pod's serviceAccountName.
 func ServiceAccount(name string) func(*appsv1.StatefulSet) {
@@ -105,7 +105,7 @@ func Replicas(n int32) func(*appsv1.StatefulSet) {
 // LiveLease is a Lease as a minting election leaves it: held, renewed at renewed, epoch epoch.
 func LiveLease(namespace string, shard uint32, renewed time.Time, epoch int32) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: election.LeaseName(shard), Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: electionenv.LeaseName(shard), Namespace: namespace},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(WriterName + "-0#00000000-0000-0000-0000-000000000000"),
 			LeaseDurationSeconds: ptr.To[int32](15),

@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/noetl/ehdb-election/webhook"
+	"github.com/noetl/ehdb-election/webhook/kubeapi"
 )
 
 // Only positive answers are kept, and only for the TTL: a refusal clears the moment the operator
@@ -37,7 +38,7 @@ func TestCacheAllowedForKeepsOnlyPositiveAnswers(t *testing.T) {
 		return true, sar, nil
 	})
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
-	r := webhook.NewAPIResolver(cs, 4, webhook.CacheAllowedFor(10*time.Second, clk))
+	r := webhook.NewAPIResolver(kubeapi.New(cs), 4, webhook.CacheAllowedFor(10*time.Second, clk))
 	writer := types.NamespacedName{Namespace: ns, Name: "writer"}
 	q := webhook.Query{
 		Namespace:       ns,
@@ -106,7 +107,7 @@ func TestReadLeasesFromAWatchFallsBackToAGet(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r := webhook.NewAPIResolver(cs, 4, webhook.ReadLeasesFrom(coordinationlisters.NewLeaseLister(indexer)))
+	r := webhook.NewAPIResolver(kubeapi.New(cs), 4, webhook.ReadLeasesFrom(coordinationlisters.NewLeaseLister(indexer)))
 	watched, fresh, absent := types.NamespacedName{Namespace: ns, Name: "ehdb-shard-00000000"},
 		types.NamespacedName{Namespace: ns, Name: "ehdb-shard-00000001"}, types.NamespacedName{Namespace: ns, Name: "ehdb-shard-00000002"}
 	f := r.Resolve(context.Background(), webhook.Query{Leases: []types.NamespacedName{watched, fresh, absent}})
@@ -152,7 +153,7 @@ func TestCachedAnswersDoNotOutliveAnRBACChange(t *testing.T) {
 	})
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
 	g := &fakeGeneration{ok: true}
-	r := webhook.NewAPIResolver(cs, 4, webhook.CacheAllowedFor(time.Hour, clk), webhook.ForgetOnChange(g))
+	r := webhook.NewAPIResolver(kubeapi.New(cs), 4, webhook.CacheAllowedFor(time.Hour, clk), webhook.ForgetOnChange(g))
 	writer := types.NamespacedName{Namespace: ns, Name: "writer"}
 	q := webhook.Query{Namespace: ns, ServiceAccounts: []string{"writer"}, Access: []webhook.AccessCheck{{ServiceAccount: writer, Namespace: ns, Verb: "update"}}}
 	lookups := func() int {

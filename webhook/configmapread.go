@@ -10,8 +10,6 @@ import (
 	"golang.org/x/sync/semaphore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // What ConfigMap reads may hold. A review keeps only the keys that can matter (keyFilter), at
@@ -103,7 +101,7 @@ func (l *reviewLoad) release() {
 // review needs, under the process budget, sharing a GET among concurrent reviews with the same
 // needs when it began after each of them did (so no review sees a ConfigMap older than itself).
 type configMapReader struct {
-	client  kubernetes.Interface
+	client  APIClient
 	streams *semaphore.Weighted
 	kept    *semaphore.Weighted
 	mu      sync.Mutex
@@ -113,7 +111,7 @@ type configMapReader struct {
 	cacheBytes int64
 }
 
-func newConfigMapReader(c kubernetes.Interface) *configMapReader {
+func newConfigMapReader(c APIClient) *configMapReader {
 	return &configMapReader{client: c, streams: semaphore.NewWeighted(maxConfigMapStreams), kept: semaphore.NewWeighted(processKeptBytes), flights: map[string]*cmFlights{}, cache: map[string]cmCached{}}
 }
 
@@ -204,10 +202,10 @@ func (r *configMapReader) fetch(ctx context.Context, namespace, name string, fil
 		return ConfigMapFact{Err: fmt.Errorf("getting ConfigMap %s/%s: %w", namespace, name, err)}, 0
 	}
 	defer r.streams.Release(1)
-	rc, ok := r.client.CoreV1().RESTClient().(*rest.RESTClient)
-	if !ok || rc == nil {
+	rc := r.client.CoreREST()
+	if rc == nil {
 		// A client without a REST transport (the fake clientset): a typed GET, then the filter.
-		cm, err := r.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+		cm, err := r.client.GetConfigMap(ctx, namespace, name)
 		if err != nil {
 			return getError(namespace, name, err), 0
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/noetl/ehdb-election/internal/testcluster"
 	"github.com/noetl/ehdb-election/webhook"
+	"github.com/noetl/ehdb-election/webhook/kubeapi"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
@@ -35,7 +36,7 @@ func TestConfigMapReadsAgainstTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &webhook.Handler{Resolver: webhook.NewAPIResolver(cs, 0), Policy: webhook.Policy{RequireLiveLease: true}}
+	h := &webhook.Handler{Resolver: webhook.NewAPIResolver(kubeapi.New(cs), 0), Policy: webhook.Policy{RequireLiveLease: true}}
 	judge := func() webhook.Decision {
 		t.Helper()
 		return h.Judge(ctx, webhook.Input{Operation: "CREATE", Object: w})

@@ -24,6 +24,7 @@ import (
 
 	"github.com/noetl/ehdb-election/election"
 	"github.com/noetl/ehdb-election/webhook"
+	"github.com/noetl/ehdb-election/webhook/kubeapi"
 )
 
 // fakeConfigMaps serves ConfigMaps the way the API server does (a whole one, or its metadata
@@ -119,7 +120,7 @@ func TestConfigMapReadsHoldOnlyWhatMatters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &webhook.Handler{Resolver: webhook.NewAPIResolver(cs, 0), Policy: webhook.Policy{RequireLiveLease: true}}
+	h := &webhook.Handler{Resolver: webhook.NewAPIResolver(kubeapi.New(cs), 0), Policy: webhook.Policy{RequireLiveLease: true}}
 	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 	t.Cleanup(srv.Close)
 	body := review(t, admissionv1.Create, metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, readerOf(n), nil)

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 )
 
@@ -31,7 +30,7 @@ import (
 // It needs exactly: get on configmaps, serviceaccounts and coordination.k8s.io leases, and
 // create on subjectaccessreviews (and list and watch on leases for ReadLeasesFrom's informer).
 type APIResolver struct {
-	client kubernetes.Interface
+	client APIClient
 	// limit caps the lookups in flight for one Query.
 	limit int
 	// cache keeps positive answers when CacheAllowedFor is given; nil otherwise.
@@ -46,7 +45,7 @@ type APIResolver struct {
 
 // NewAPIResolver returns a resolver over c that keeps at most maxInFlight lookups of one Query
 // in flight (a StatefulSet with many replicas asks for one Lease per ordinal); 0 means 16.
-func NewAPIResolver(c kubernetes.Interface, maxInFlight int, opts ...ResolverOption) *APIResolver {
+func NewAPIResolver(c APIClient, maxInFlight int, opts ...ResolverOption) *APIResolver {
 	if maxInFlight <= 0 {
 		maxInFlight = 16
 	}
@@ -117,7 +116,7 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 		}
 		run(func() {
 			fact := ServiceAccountFact{}
-			sa, err := r.client.CoreV1().ServiceAccounts(q.Namespace).Get(ctx, name, metav1.GetOptions{})
+			sa, err := r.client.GetServiceAccount(ctx, q.Namespace, name)
 			switch {
 			case apierrors.IsNotFound(err):
 				fact.NotFound = true
@@ -167,7 +166,7 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 		}
 		run(func() {
 			fact := LeaseFact{}
-			l, err := r.client.CoordinationV1().Leases(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+			l, err := r.client.GetLease(ctx, key.Namespace, key.Name)
 			switch {
 			case apierrors.IsNotFound(err):
 				fact.NotFound = true
@@ -234,7 +233,7 @@ func (r *APIResolver) access(ctx context.Context, c AccessCheck) AccessFact {
 			Name:      c.Name,
 		},
 	}}
-	res, err := r.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	res, err := r.client.CreateSubjectAccessReview(ctx, sar)
 	if err != nil {
 		what := "leases"
 		if c.Name != "" {
@@ -251,7 +250,7 @@ func (r *APIResolver) access(ctx context.Context, c AccessCheck) AccessFact {
 func (r *APIResolver) bindings(ctx context.Context, scope string) BindingsFact {
 	var out BindingsFact
 	if scope == "" {
-		l, err := r.client.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+		l, err := r.client.ListClusterRoleBindings(ctx)
 		if err != nil {
 			return BindingsFact{Err: fmt.Errorf("listing ClusterRoleBindings: %w", err)}
 		}
@@ -264,7 +263,7 @@ func (r *APIResolver) bindings(ctx context.Context, scope string) BindingsFact {
 	if scope == "*" {
 		ns = metav1.NamespaceAll
 	}
-	l, err := r.client.RbacV1().RoleBindings(ns).List(ctx, metav1.ListOptions{})
+	l, err := r.client.ListRoleBindings(ctx, ns)
 	if err != nil {
 		return BindingsFact{Err: fmt.Errorf("listing RoleBindings in %q: %w", scope, err)}
 	}
@@ -280,12 +279,12 @@ func (r *APIResolver) role(ctx context.Context, k RoleKey) RoleFact {
 	var err error
 	if k.Namespace == "" {
 		var cr *rbacv1.ClusterRole
-		if cr, err = r.client.RbacV1().ClusterRoles().Get(ctx, k.Name, metav1.GetOptions{}); err == nil {
+		if cr, err = r.client.GetClusterRole(ctx, k.Name); err == nil {
 			rules = cr.Rules
 		}
 	} else {
 		var role *rbacv1.Role
-		if role, err = r.client.RbacV1().Roles(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{}); err == nil {
+		if role, err = r.client.GetRole(ctx, k.Namespace, k.Name); err == nil {
 			rules = role.Rules
 		}
 	}

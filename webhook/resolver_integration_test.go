@@ -18,6 +18,7 @@ import (
 
 	"github.com/noetl/ehdb-election/internal/testcluster"
 	"github.com/noetl/ehdb-election/webhook"
+	"github.com/noetl/ehdb-election/webhook/kubeapi"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
@@ -77,7 +78,7 @@ func TestBindingsAgainstTheAPIServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			in := webhook.Input{Operation: admissionv1.Create, Object: w}
-			r := webhook.NewAPIResolver(cs, 0)
+			r := webhook.NewAPIResolver(kubeapi.New(cs), 0)
 			// The RBAC authorizer sees new bindings through its informers: allow it a moment.
 			var d webhook.Decision
 			deadline := time.Now().Add(10 * time.Second)

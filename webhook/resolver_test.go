@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/noetl/ehdb-election/webhook"
+	"github.com/noetl/ehdb-election/webhook/kubeapi"
 )
 
 func TestAPIResolverMapsAnswers(t *testing.T) {
@@ -56,7 +57,7 @@ func TestAPIResolverMapsAnswers(t *testing.T) {
 			{ServiceAccount: writer, Namespace: "leases", Verb: "create"}, {ServiceAccount: writer, Namespace: "leases", Verb: "update"}},
 		Leases: []types.NamespacedName{{Namespace: ns, Name: "ehdb-shard-00000000"}, {Namespace: ns, Name: "ehdb-shard-00000001"}},
 	}
-	f := webhook.NewAPIResolver(cs, 2).Resolve(context.Background(), q)
+	f := webhook.NewAPIResolver(kubeapi.New(cs), 2).Resolve(context.Background(), q)
 
 	if got := f.ConfigMaps["flags"]; got.Err != nil || got.NotFound || got.Data["k"] != "v" {
 		t.Errorf("flags: %+v", got)
@@ -132,7 +133,7 @@ func TestAPIResolverRedTeam(t *testing.T) {
 	for i := range 40 {
 		q.Access = append(q.Access, webhook.AccessCheck{ServiceAccount: writer, Namespace: ns, Verb: "get", Name: fmt.Sprintf("ehdb-shard-%08x", i)})
 	}
-	f := webhook.NewAPIResolver(cs, 3).Resolve(context.Background(), q)
+	f := webhook.NewAPIResolver(kubeapi.New(cs), 3).Resolve(context.Background(), q)
 	if peak > 3 {
 		t.Errorf("%d lookups in flight at once, want at most 3", peak)
 	}
@@ -147,7 +148,7 @@ func TestAPIResolverRedTeam(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	before := sent
-	f = webhook.NewAPIResolver(cs, 3).Resolve(ctx, q)
+	f = webhook.NewAPIResolver(kubeapi.New(cs), 3).Resolve(ctx, q)
 	if sent != before {
 		t.Errorf("%d reviews sent after the deadline", sent-before)
 	}

@@ -29,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/noetl/ehdb-election/webhook"
+	"github.com/noetl/ehdb-election/webhook/kubeapi"
 	guardmetrics "github.com/noetl/ehdb-election/webhook/metrics"
 )
 
@@ -112,7 +113,7 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 	if o.watchLeases {
 		resolverOpts = append(resolverOpts, webhook.ReadLeasesFrom(leaseLister{w}), webhook.JudgeRenewalsBy(w))
 	}
-	resolver := webhook.NewAPIResolver(cs, 0, resolverOpts...)
+	resolver := webhook.NewAPIResolver(kubeapi.New(cs), 0, resolverOpts...)
 	clusterRoleScopes := guardedScopes(o.guardedNamespaces)
 	if len(clusterRoleScopes) == 1 && clusterRoleScopes[0] == "" {
 		clusterRoleScopes = []string{"*"}

@@ -66,7 +66,7 @@ func BenchmarkDecide(b *testing.B) {
 	b.Run("review/armed", func(b *testing.B) {
 		cluster := goodCluster()
 		h := webhook.NewHTTPHandler(&webhook.Handler{Resolver: cluster, Policy: policy, Clock: clocktesting.NewFakePassiveClock(now), Log: logr.Discard()})
-		body := review(b, admissionv1.Create, stsKind, wt.ReferenceWriter(ns, compliant()...), nil)
+		body := wt.Review(b, admissionv1.Create, stsKind, wt.ReferenceWriter(ns, compliant()...), nil)
 		b.ReportAllocs()
 		b.SetBytes(int64(len(body)))
 		for b.Loop() {

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/internal/electionenv"
 	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
@@ -45,7 +45,7 @@ func goodCluster() *wt.Resolver {
 }
 
 func lease(namespace string, shard uint32) types.NamespacedName {
-	return types.NamespacedName{Namespace: namespace, Name: election.LeaseName(shard)}
+	return types.NamespacedName{Namespace: namespace, Name: electionenv.LeaseName(shard)}
 }
 
 func workload(t testing.TB, gvk schema.GroupVersionKind, obj any) *webhook.Workload {

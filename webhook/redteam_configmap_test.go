@@ -128,7 +128,7 @@ func TestConfigMapChangesAreJudgedForEveryReader(t *testing.T) {
 // configMapReview is an AdmissionReview of ConfigMap noetl/flags; obj is nil for a DELETE.
 func configMapReview(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionKind, obj, old runtime.Object) []byte {
 	t.Helper()
-	body := review(t, op, kind, obj, old)
+	body := wt.Review(t, op, kind, obj, old)
 	return []byte(strings.Replace(string(body), `"name":"`+wt.WriterName+`"`, `"name":"flags"`, 1))
 }
 

@@ -139,7 +139,7 @@ func TestAPodsOwnerAccountsOnlyForItsShards(t *testing.T) {
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: tc.owners}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)
-			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, saAdmitted(tc.obj), nil))
+			_, out, raw := post(t, srv.URL, "application/json", wt.Review(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, saAdmitted(tc.obj), nil))
 			if out.Response == nil || out.Response.Allowed != tc.allowed {
 				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
 			}
@@ -413,7 +413,7 @@ func TestAPodsLabelsAndAnnotationsAreJudged(t *testing.T) {
 			// The Pod's own UPDATE, and its status subresource, which writes labels and
 			// annotations too (the third red team armed a bare Pod through it).
 			for _, sub := range []string{"", "status"} {
-				body := review(t, admissionv1.Update, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, tc.now, tc.old)
+				body := wt.Review(t, admissionv1.Update, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, tc.now, tc.old)
 				var rv admissionv1.AdmissionReview
 				if err := json.Unmarshal(body, &rv); err != nil {
 					t.Fatal(err)
@@ -441,7 +441,7 @@ func TestAServiceNamedKubernetesIsRefused(t *testing.T) {
 	svcKind := metav1.GroupVersionKind{Version: "v1", Kind: "Service"}
 	for name, allowed := range map[string]bool{"kubernetes": false, "writer-metrics": true} {
 		svc := &corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-		body := review(t, admissionv1.Create, svcKind, svc, nil)
+		body := wt.Review(t, admissionv1.Create, svcKind, svc, nil)
 		var rv admissionv1.AdmissionReview
 		if err := json.Unmarshal(body, &rv); err != nil {
 			t.Fatal(err)

@@ -57,12 +57,12 @@ func TestHandlerRecoversPanics(t *testing.T) {
 	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: panicky{}, Policy: webhook.Policy{RequireLiveLease: true}}))
 	t.Cleanup(srv.Close)
 
-	code, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, stsKind, sts(compliant()...), nil))
+	code, out, raw := post(t, srv.URL, "application/json", wt.Review(t, admissionv1.Create, stsKind, sts(compliant()...), nil))
 	if code != 200 || out.Response == nil || out.Response.Allowed || out.Response.Result.Code != 500 || !strings.Contains(out.Response.Result.Message, "internal error") {
 		t.Fatalf("a workload whose judging panics: %d %s; want a refusal with code 500", code, raw)
 	}
 	p := pod(sts(compliant()...), "noetl-cmdbus-writer-0")
-	code, out, raw = post(t, srv.URL, "application/json", review(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, p, nil))
+	code, out, raw = post(t, srv.URL, "application/json", wt.Review(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, p, nil))
 	if code != 200 || out.Response == nil || !out.Response.Allowed || len(out.Response.Warnings) != 1 || !strings.Contains(out.Response.Warnings[0], "fail open") {
 		t.Fatalf("a Pod whose judging panics: %d %s; want admitted with a warning", code, raw)
 	}
@@ -74,7 +74,7 @@ func TestHandlerBoundsReviewsInFlight(t *testing.T) {
 	b := &blocking{release: make(chan struct{})}
 	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: b, Policy: webhook.Policy{RequireLiveLease: true}, MaxInFlight: 4, LookupTimeout: 2 * time.Second}))
 	t.Cleanup(srv.Close)
-	body := review(t, admissionv1.Create, stsKind, sts(compliant()...), nil)
+	body := wt.Review(t, admissionv1.Create, stsKind, sts(compliant()...), nil)
 	send := func(timeout string) int {
 		resp, err := http.Post(srv.URL+"?timeout="+timeout, "application/json", strings.NewReader(string(body)))
 		if err != nil {
@@ -140,9 +140,9 @@ func TestHandlerJudgesConfigMapsByTheirReaders(t *testing.T) {
 	}
 	send := func(op admissionv1.Operation, obj, old *corev1.ConfigMap) *admissionv1.AdmissionResponse {
 		t.Helper()
-		body := review(t, op, cmKind, obj, nil)
+		body := wt.Review(t, op, cmKind, obj, nil)
 		if old != nil {
-			body = review(t, op, cmKind, obj, old)
+			body = wt.Review(t, op, cmKind, obj, old)
 		}
 		body = []byte(strings.Replace(string(body), `"name":"`+wt.WriterName+`"`, `"name":"flags"`, 1))
 		_, out, raw := post(t, srv.URL, "application/json", body)
@@ -203,7 +203,7 @@ func TestHandlerChargesBodiesAsTheyArrive(t *testing.T) {
 			codes <- resp.StatusCode
 		}()
 	}
-	code, out, raw := post(t, srv.URL+"?timeout=10s", "application/json", review(t, admissionv1.Create, stsKind, sts(), nil))
+	code, out, raw := post(t, srv.URL+"?timeout=10s", "application/json", wt.Review(t, admissionv1.Create, stsKind, sts(), nil))
 	if code != 200 || out.Response == nil || !out.Response.Allowed {
 		t.Fatalf("an ordinary review beside 8 claimed 7 MiB uploads: %d %s", code, raw)
 	}
@@ -281,7 +281,7 @@ func runOwnerCases(t *testing.T, cluster webhook.Resolver, want string, cases []
 			if tc.old != nil {
 				op = admissionv1.Update
 			}
-			_, out, raw := post(t, srv.URL, "application/json", review(t, op, tc.kind, tc.obj, tc.old))
+			_, out, raw := post(t, srv.URL, "application/json", wt.Review(t, op, tc.kind, tc.obj, tc.old))
 			if out.Response == nil || out.Response.Allowed != tc.allowed {
 				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
 			}
@@ -364,7 +364,7 @@ func TestHandlerVerifiesTheExemptingOwner(t *testing.T) {
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: tc.owners}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)
-			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, tc.kind, tc.obj, nil))
+			_, out, raw := post(t, srv.URL, "application/json", wt.Review(t, admissionv1.Create, tc.kind, tc.obj, nil))
 			if out.Response == nil || out.Response.Allowed != tc.allowed {
 				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
 			}

@@ -182,7 +182,7 @@ func TestHandlerVerifiesAPodsOwner(t *testing.T) {
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: tc.owners}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)
-			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Create, podKind, saAdmitted(tc.obj), nil))
+			_, out, raw := post(t, srv.URL, "application/json", wt.Review(t, admissionv1.Create, podKind, saAdmitted(tc.obj), nil))
 			if out.Response == nil || out.Response.Allowed != tc.allowed {
 				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
 			}

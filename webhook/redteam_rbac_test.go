@@ -55,7 +55,7 @@ func rbacCluster() *wt.Resolver {
 // rbacReview is an AdmissionReview of the named object (obj nil on DELETE).
 func rbacReview(t testing.TB, op admissionv1.Operation, kind metav1.GroupVersionKind, name string, obj, old runtime.Object) []byte {
 	t.Helper()
-	body := review(t, op, kind, obj, old)
+	body := wt.Review(t, op, kind, obj, old)
 	var rv admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &rv); err != nil {
 		t.Fatal(err)

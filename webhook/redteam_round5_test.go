@@ -186,7 +186,7 @@ func TestAResumedDeploymentIsJudgedOnWhatItRan(t *testing.T) {
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Workloads: tc.workloads}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)
-			_, out, raw := post(t, srv.URL, "application/json", review(t, admissionv1.Update, depKind, tc.now, tc.old))
+			_, out, raw := post(t, srv.URL, "application/json", wt.Review(t, admissionv1.Update, depKind, tc.now, tc.old))
 			if out.Response == nil || out.Response.Allowed != tc.allowed {
 				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
 			}

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -93,26 +91,11 @@ func transportCases(t *testing.T) []transportCase {
 	unrelated := deployment(sts())
 	unrelated.Name = "unrelated"
 	return []transportCase{
-		{"a correct armed StatefulSet", review(t, admissionv1.Create, stsKind, sts(compliant()...), nil), true},
-		{"an unrelated Deployment", review(t, admissionv1.Create, depKind, unrelated, nil), true},
+		{"a correct armed StatefulSet", wt.Review(t, admissionv1.Create, stsKind, sts(compliant()...), nil), true},
+		{"an unrelated Deployment", wt.Review(t, admissionv1.Create, depKind, unrelated, nil), true},
 		// Pods fail open: an answer that is not a decision admits it.
-		{"an armed Pod with the election off and the default ServiceAccount", review(t, admissionv1.Create, podKind, pod(sts(wt.Armed()), wt.WriterName+"-0"), nil), false},
+		{"an armed Pod with the election off and the default ServiceAccount", wt.Review(t, admissionv1.Create, podKind, pod(sts(wt.Armed()), wt.WriterName+"-0"), nil), false},
 	}
-}
-
-// decide sends a review as the API server does (its ?timeout= in the URL) and says what it got.
-func decide(client *http.Client, url string, body []byte) (code int, allowed bool, raw string) {
-	resp, err := client.Post(url+"?timeout=5s", "application/json", bytes.NewReader(body))
-	if err != nil {
-		return 0, false, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var out admissionv1.AdmissionReview
-	if json.Unmarshal(b, &out) != nil || out.Response == nil {
-		return resp.StatusCode, false, string(b)
-	}
-	return resp.StatusCode, out.Response.Allowed, string(b)
 }
 
 // TestTransportSurvivesHostileClients: connections without credentials that claim large bodies
@@ -150,7 +133,7 @@ func TestTransportSurvivesHostileClients(t *testing.T) {
 			addr := strings.TrimPrefix(srv.URL, "https://")
 
 			runtime.GC()
-			base := heapObjects()
+			base := wt.HeapObjects()
 			stop := make(chan struct{})
 			var attackers []*attacker
 			for range at.n {
@@ -168,14 +151,14 @@ func TestTransportSurvivesHostileClients(t *testing.T) {
 			time.Sleep(500 * time.Millisecond) // let every attacker's headers (and prefix) arrive
 
 			// What the attackers cost: bytes they sent, never bytes they claimed.
-			extra := int64(heapObjects()) - int64(base)
+			extra := int64(wt.HeapObjects()) - int64(base)
 			if limit := int64(at.n)*int64(at.prefix) + 32<<20; extra > limit {
 				t.Errorf("with the attackers' headers in, the heap grew by %d MiB; they sent %d MiB in all", extra>>20, int64(at.n)*int64(at.prefix)>>20)
 			}
 			client := srv.Client()
 			for round := range 3 {
 				for _, c := range transportCases(t) {
-					code, allowed, raw := decide(client, srv.URL, c.body)
+					code, allowed, raw := wt.Decide(client, srv.URL, c.body)
 					if code != http.StatusOK || allowed != c.allowed {
 						t.Errorf("round %d, %s under attack: HTTP %d allowed=%v, want 200 allowed=%v: %.300s", round, c.name, code, allowed, c.allowed, raw)
 					}

@@ -1,4 +1,4 @@
-package webhook_test
+package kubeapi_test
 
 import (
 	"context"

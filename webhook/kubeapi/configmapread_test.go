@@ -1,4 +1,4 @@
-package webhook_test
+package kubeapi_test
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,11 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	kjson "sigs.k8s.io/json"
 
-	"github.com/noetl/ehdb-election/election"
 	"github.com/noetl/ehdb-election/webhook"
 	"github.com/noetl/ehdb-election/webhook/kubeapi"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 // fakeConfigMaps serves ConfigMaps the way the API server does (a whole one, or its metadata
@@ -93,20 +91,16 @@ func bigConfigMaps(t *testing.T, n, size int) (*httptest.Server, *fakeConfigMaps
 
 // readerOf is an unarmed Deployment whose only container reads every big ConfigMap with envFrom.
 func readerOf(n int) *appsv1.Deployment {
-	d := deployment(sts())
-	d.Name = "reads-them-all"
+	s := wt.ReferenceWriter(ns)
+	d := &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: "reads-them-all", Namespace: ns},
+		Spec:       appsv1.DeploymentSpec{Selector: s.Spec.Selector, Template: s.Spec.Template}}
 	c := &d.Spec.Template.Spec.Containers[0]
 	c.Env = nil
 	for i := range n {
 		c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: fmt.Sprintf("big-%d", i)}}})
 	}
 	return d
-}
-
-func heapObjects() uint64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }
 
 // TestConfigMapReadsHoldOnlyWhatMatters: reviews of an unarmed Deployment reading 32 ConfigMaps
@@ -123,17 +117,17 @@ func TestConfigMapReadsHoldOnlyWhatMatters(t *testing.T) {
 	h := &webhook.Handler{Resolver: webhook.NewAPIResolver(kubeapi.New(cs), 0), Policy: webhook.Policy{RequireLiveLease: true}}
 	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 	t.Cleanup(srv.Close)
-	body := review(t, admissionv1.Create, metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, readerOf(n), nil)
+	body := wt.Review(t, admissionv1.Create, metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, readerOf(n), nil)
 
 	runtime.GC()
-	base := heapObjects()
+	base := wt.HeapObjects()
 	var peak atomic.Uint64
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		for {
-			if h := heapObjects(); h > peak.Load() {
+			if h := wt.HeapObjects(); h > peak.Load() {
 				peak.Store(h)
 			}
 			select {
@@ -178,94 +172,17 @@ func TestConfigMapReadsHoldOnlyWhatMatters(t *testing.T) {
 
 	// Unchanged, they are not sent whole again; changed, the next review sees the change.
 	before := gets.Load()
-	if code, allowed, raw := decide(http.DefaultClient, srv.URL, body); code != 200 || !allowed {
+	if code, allowed, raw := wt.Decide(http.DefaultClient, srv.URL, body); code != 200 || !allowed {
 		t.Fatalf("the reader again: %d %s", code, raw)
 	}
 	if g := gets.Load() - before; g != 0 {
 		t.Errorf("%d whole ConfigMaps sent again, none of them changed; want 0", g)
 	}
 	fake.put(t, bigConfigMap(n-1, size, "enforce", "2"))
-	if code, allowed, raw := decide(http.DefaultClient, srv.URL, body); code != 200 || allowed {
+	if code, allowed, raw := wt.Decide(http.DefaultClient, srv.URL, body); code != 200 || allowed {
 		t.Fatalf("the reader after its ConfigMap turned enforce: %d allowed=%v %.300s; want refused", code, allowed, raw)
 	}
 	if g := gets.Load() - before; g != 1 {
 		t.Errorf("%d whole ConfigMaps sent after one changed; want 1", g)
 	}
-}
-
-// TestConfigMapNeedsCoverWhatTheParserReads: every variable election.ParseConfig reads is one the
-// guard keeps from a ConfigMap.
-func TestConfigMapNeedsCoverWhatTheParserReads(t *testing.T) {
-	var read []string
-	for _, env := range []map[string]string{{}, {election.EnvShard: "1", election.EnvNamespace: "x"}} {
-		election.ParseConfig(func(k string) (string, bool) { read = append(read, k); v, ok := env[k]; return v, ok })
-	}
-	for _, k := range append(read, webhook.EnvFencing) {
-		covered := strings.HasPrefix(k, webhook.GuardReadPrefix)
-		for _, n := range webhook.GuardReadNames {
-			covered = covered || n == k
-		}
-		if !covered {
-			t.Errorf("election.ParseConfig reads %s, which the guard would not read from a ConfigMap", k)
-		}
-	}
-}
-
-func TestSkimConfigMap(t *testing.T) {
-	keepAll := func(string) bool { return true }
-	cases := []struct {
-		name, in string
-		keep     func(string) bool
-		want     map[string]string
-		wantErr  bool
-	}{
-		{"escapes", `{"kind":"ConfigMap","metadata":{"name":"a","x":[1,{"y":"}\""}],"n":null},"data":{"a":"\"q\"\\","b":"\u00e9\ud83d\ude00","c\"":"x"}}`, keepAll,
-			map[string]string{"a": `"q"\`, "b": "é😀", `c"`: "x"}, false},
-		{"filtered", `{"data":{"a":"1","b":"2"},"binaryData":{"a":"AAAA"}}`, func(k string) bool { return k == "b" }, map[string]string{"b": "2"}, false},
-		{"data null", `{"data":null,"kind":"ConfigMap"}`, keepAll, map[string]string{}, false},
-		{"truncated", `{"data":{"a":"1`, keepAll, nil, true},
-		{"not JSON", `[`, keepAll, nil, true},
-		{"too large", `{"data":{"a":"` + strings.Repeat("x", 100) + `"}}`, keepAll, nil, true},
-		{"large but not kept", `{"data":{"a":"` + strings.Repeat("x", 100000) + `","b":"ok"}}`, func(k string) bool { return k == "b" }, map[string]string{"b": "ok"}, false},
-		{"backslashes across buffers", `{"data":{"a":"` + strings.Repeat(`\\`, 20000) + `\"","b":"ok"}}`, func(k string) bool { return k == "b" }, map[string]string{"b": "ok"}, false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got, _, err := webhook.SkimConfigMap(strings.NewReader(c.in), c.keep, 50)
-			if c.name == "large but not kept" || c.name == "backslashes across buffers" {
-				got, _, err = webhook.SkimConfigMap(strings.NewReader(c.in), c.keep, 1000)
-			}
-			if (err != nil) != c.wantErr {
-				t.Fatalf("error %v, want error %v", err, c.wantErr)
-			}
-			if !c.wantErr && fmt.Sprint(got) != fmt.Sprint(c.want) {
-				t.Fatalf("got %q, want %q", got, c.want)
-			}
-		})
-	}
-}
-
-// FuzzSkimConfigMap: wherever client-go's decoder (case-sensitive, sigs.k8s.io/json) decodes a
-// ConfigMap, the skimmer keeps the same data.
-func FuzzSkimConfigMap(f *testing.F) {
-	f.Add([]byte(`{"kind":"ConfigMap","metadata":{"name":"a"},"data":{"a":"1","NOETL_X":"\"\\"}}`))
-	f.Add([]byte(`{"data":{"a":"\u00e9","b":"x"},"binaryData":{"c":"AA=="},"immutable":true}`))
-	f.Fuzz(func(t *testing.T, in []byte) {
-		var cm corev1.ConfigMap
-		if kjson.UnmarshalCaseSensitivePreserveInts(in, &cm) != nil || !json.Valid(in) || bytes.Count(in, []byte(`"data"`)) > 1 {
-			return
-		}
-		got, _, err := webhook.SkimConfigMap(bytes.NewReader(in), func(string) bool { return true }, 1<<20)
-		if err != nil {
-			t.Fatalf("client-go decodes %q, the skimmer: %v", in, err)
-		}
-		if len(got) != len(cm.Data) {
-			t.Fatalf("%q: skimmer %q, client-go %q", in, got, cm.Data)
-		}
-		for k, v := range cm.Data {
-			if got[k] != v {
-				t.Fatalf("%q: key %q: skimmer %q, client-go %q", in, k, got[k], v)
-			}
-		}
-	})
 }

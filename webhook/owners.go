@@ -68,7 +68,7 @@ func unjudgedOwner(child, owner *Workload, creating bool) string {
 // madeByOwner reports whether Pod p is as owner's controller makes its pods in everything the
 // guard judges beyond env and envFrom: the hostname (the fields the kubelet names it by, and for a
 // StatefulSet's pod its ordinal among the set's), the account it runs as (ServiceAccount, token
-// automount), and every value its containers' fieldRefs and resourceFieldRefs read — which must
+// automount, and the credentials its containers that can arm hold), and every value its containers' fieldRefs and resourceFieldRefs read — which must
 // resolve on the Pod as on the owner at the Pod's ordinal, unless the owner's cannot be known (it
 // was judged so). Only then does a change the Pod reads bite it as its owner was judged for
 // (judgedThroughController). The sixth and seventh red teams armed or disarmed Pods through a
@@ -98,6 +98,14 @@ func madeByOwner(p, owner *Workload) bool {
 	if ServiceAccountName(ps) != ServiceAccountName(ts) || !equality.Semantic.DeepEqual(ps.AutomountServiceAccountToken, ts.AutomountServiceAccountToken) {
 		return false
 	}
+	// The credentials, as the Pod holds them: its owner was judged with the token the plugin
+	// mounts, and a Pod adopted with another account's token at saDir (a Secret volume) would run
+	// its election as that account (the ninth session's attack).
+	for _, c := range p.Containers() {
+		if podMayArm(c) && !holdsOwnCredentials(p, c) {
+			return false
+		}
+	}
 	oc := owner.Containers()
 	for _, c := range p.Containers() {
 		for _, e := range c.Env {
@@ -121,6 +129,17 @@ func madeByOwner(p, owner *Workload) bool {
 		}
 	}
 	return true
+}
+
+// holdsOwnCredentials reports whether container c of Pod p reads its ServiceAccount's token, the
+// cluster's CA and its namespace where client-go does, as the plugin's volume provides them (a
+// Pod's mounts are taken as they are: the plugin and every mutating webhook have run).
+func holdsOwnCredentials(p *Workload, c *corev1.Container) bool {
+	v := &containerView{c: c, role: "container"}
+	mounts := mountsAsRun(p, v, true)
+	return tokenProblem(fileAt(p.Pod.Spec, mounts, saDir+"/token")) == "" &&
+		caProblem(fileAt(p.Pod.Spec, mounts, saDir+"/ca.crt")) == "" &&
+		namespaceFileProblem(p, v, true) == ""
 }
 
 // possibleName reports whether an object of a kind whose template the guard judges can have

@@ -80,6 +80,16 @@ func TestChangesAreJudgedForThePodsTheirOwnerDoesNotAccountFor(t *testing.T) {
 	onNode7 := barePod(sts(fromNode...), "rs-n7")
 	onNode7.Spec.NodeName, onNode7.Labels = "7", nodeTpl.Labels
 	onNode7.OwnerReferences = adopted.OwnerReferences
+	// Adopted with the token of another account mounted where client-go reads it: the owner's
+	// template holds the plugin's token, so the edit was judged on credentials the Pod has not.
+	otherToken := func() *corev1.Pod {
+		p := adopted.DeepCopy()
+		p.Name, p.Spec.Hostname = "rs-tok", "w-0"
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "stolen", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "default-token"}}})
+		c := &p.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "stolen", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
+		return saAdmitted(p)
+	}()
 	for _, tc := range []struct {
 		name     string
 		readers  []any
@@ -94,6 +104,7 @@ func TestChangesAreJudgedForThePodsTheirOwnerDoesNotAccountFor(t *testing.T) {
 		{"election turned off under a Pod of a StatefulSet in deletion", []any{deletingSet, podOf(deletingSet)}, cmGVK, "elect", cm("false"), cm("true"), "election is not enabled"},
 		{"the RoleBinding deleted under a Pod of a StatefulSet in deletion", []any{deletingSet, podOf(deletingSet)}, rbKind, chartRole, nil, roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA)), "refusing to disarm"},
 		{"a Pod adopted with another shard's hostname, armed by a ConfigMap edit", []any{rs, saAdmitted(adopted)}, cmGVK, "mode", mode("enforce"), mode("shadow"), "ehdb-shard-00000007 (shard 7) does not exist"},
+		{"a Pod adopted with another account's token at the token path, armed by a ConfigMap edit", []any{rs, otherToken}, cmGVK, "mode", mode("enforce"), mode("shadow"), "cannot authenticate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := rbacCluster()

@@ -1,0 +1,72 @@
+package charttest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestRedTeamAdoptedCredentials replays on the real API server, with the StatefulSet controller
+// adopting, what this session found (issue 17, class 2): a Pod made by hand with another
+// account's token mounted where client-go reads it, adopted by a correct writer StatefulSet, was
+// armed by a ConfigMap edit judged on the set's credentials alone.
+func TestRedTeamAdoptedCredentials(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	cs := rt.cs
+	rt.liveShard0(t)
+	cms := cs.CoreV1().ConfigMaps(rt.ns)
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "mode9"}, Data: map[string]string{"fencing": "shadow"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	set := rt.writer("tok9", func(s *appsv1.StatefulSet) {
+		// OnDelete: the controller adopts the Pod and leaves it as it is.
+		s.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+		c := &s.Spec.Template.Spec.Containers[0]
+		for i := range c.Env {
+			if c.Env[i].Name == "NOETL_EHDB_FENCING" {
+				c.Env[i] = corev1.EnvVar{Name: "NOETL_EHDB_FENCING", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "mode9"}, Key: "fencing"}}}
+			}
+		}
+	})
+	// The Pod the set will adopt: its name, hostname and labels, its account, and a Secret holding
+	// another account's token mounted at the token path (so the plugin adds no token of its own).
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tok9-0", Labels: set.Spec.Template.Labels}, Spec: *set.Spec.Template.Spec.DeepCopy()}
+	pod.Spec.Hostname, pod.Spec.Subdomain = "tok9-0", set.Spec.ServiceName
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "stolen", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "default-token"}}})
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "stolen", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
+	if _, err := cs.CoreV1().Pods(rt.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the unarmed Pod: %v", err)
+	}
+	if _, err := cs.AppsV1().StatefulSets(rt.ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the unarmed set: %v", err)
+	}
+	waitFor(t, 60*time.Second, "the StatefulSet controller adopting tok9-0", func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(rt.ns).Get(ctx, "tok9-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ref := metav1.GetControllerOf(p)
+		return ref != nil && ref.Kind == "StatefulSet" && ref.Name == "tok9", nil
+	})
+	var err error
+	waitFor(t, 30*time.Second, "the guard refusing to arm the adopted Pod", func(ctx context.Context) (bool, error) {
+		cm, gerr := cms.Get(ctx, "mode9", metav1.GetOptions{})
+		if gerr != nil {
+			return false, gerr
+		}
+		cm.Data["fencing"] = "enforce"
+		_, err = cms.Update(ctx, cm, dryUpdate)
+		return err != nil, nil
+	})
+	if !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "tok9-0") || !strings.Contains(err.Error(), "cannot authenticate") {
+		t.Errorf("arming the adopted Pod: %v; want the guard to refuse it for its credentials, naming the Pod", err)
+	}
+}

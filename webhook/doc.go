@@ -101,8 +101,9 @@
 //     pods while the object does (a finished Job too), a paused Deployment for a ReplicaSet
 //     created under it. A ConfigMap or RBAC change is judged through a Pod's owner only for a Pod
 //     as the owner's controller makes them (madeByOwner: its hostname fields and ordinal where the
-//     owner's hostname is known, its account, the credentials its arming containers hold, and every fieldRef and resourceFieldRef resolving as
-//     on the owner); any other Pod is judged itself. A Pod's owner (StatefulSet, ReplicaSet, DaemonSet, Job,
+//     owner's hostname is known, its account, the credentials its arming containers hold, and
+//     every fieldRef and resourceFieldRef resolving as on the owner); any other Pod is judged
+//     itself. A Pod's owner (StatefulSet, ReplicaSet, DaemonSet, Job,
 //     ReplicationController) exempts it only when fetched with the UID named and every container of
 //     the Pod that can set the fencing variable is the template's container of that name with the
 //     same env and envFrom (the JOB_COMPLETION_INDEX an Indexed Job adds aside); sidecars that

@@ -142,13 +142,15 @@ func namespaceFileProblem(w *Workload, v *containerView, automount bool) string 
 		return ""
 	}
 	f := fileAt(w.Pod.Spec, mountsAsRun(w, v, automount), saDir+"/namespace")
-	switch p, why := only(f); {
+	p, why := only(f)
+	switch {
 	case why != "":
 		return f.target + ": " + why
 	case p.kind != "downwardAPI" || p.field != "metadata.namespace":
 		return f.target + ": " + f.describe()
 	}
-	return ""
+	f.subPath = false // a pod's namespace never changes: a copy of it stays true
+	return readProblem(f, p)
 }
 
 // mountsAsRun is the container's volume mounts as the pod will run: for a pod template, with the
@@ -196,6 +198,7 @@ type mountedFile struct {
 	volume  string
 	src     *corev1.VolumeSource
 	rel     string // the path inside the volume
+	subPath bool   // mounted by subPath: a copy the kubelet never updates
 	problem string // why it cannot be told, or that nothing is mounted there
 }
 
@@ -206,7 +209,7 @@ func fileAt(spec *corev1.PodSpec, mounts []corev1.VolumeMount, target string) mo
 	f := mountedFile{target: target}
 	best, depth, ties := -1, -1, 0
 	for i, m := range mounts {
-		p := path.Clean("/" + m.MountPath)
+		p := runtimePath(m.MountPath)
 		if p != target && !strings.HasPrefix(target, strings.TrimSuffix(p, "/")+"/") {
 			continue
 		}
@@ -222,7 +225,7 @@ func fileAt(spec *corev1.PodSpec, mounts []corev1.VolumeMount, target string) mo
 		return f
 	}
 	m := mounts[best]
-	mp := path.Clean("/" + m.MountPath)
+	mp := runtimePath(m.MountPath)
 	if ties > 0 {
 		f.problem = fmt.Sprintf("there are two mounts at %s, and which one is on top is the container runtime's choice", mp)
 		return f
@@ -231,10 +234,19 @@ func fileAt(spec *corev1.PodSpec, mounts []corev1.VolumeMount, target string) mo
 		f.problem = fmt.Sprintf("the mount of volume %s at %s has a subPathExpr, expanded only at run time", quote(m.Name), mp)
 		return f
 	}
+	// The kubelet writes a volume's files as symlinks into ..data, itself a symlink to a
+	// ..<timestamp> directory (its atomic writer): a mount at such a name inside the volume's
+	// mount is what the files resolve to.
+	for _, o := range mounts {
+		if rest, ok := strings.CutPrefix(runtimePath(o.MountPath), strings.TrimSuffix(mp, "/")+"/"); ok && strings.HasPrefix(rest, "..") {
+			f.problem = fmt.Sprintf("volume %s is mounted at %s, inside the mount at %s: the kubelet's files there are symlinks through ..data, so they resolve into it", quote(o.Name), runtimePath(o.MountPath), mp)
+			return f
+		}
+	}
 	f.volume = m.Name
 	f.rel = strings.TrimPrefix(strings.TrimPrefix(target, mp), "/")
 	if m.SubPath != "" {
-		f.rel = path.Join(m.SubPath, f.rel)
+		f.rel, f.subPath = path.Join(m.SubPath, f.rel), true
 	}
 	f.rel = strings.TrimPrefix(path.Clean("/"+f.rel), "/")
 	if m.Name == pluginVolume {
@@ -251,6 +263,18 @@ func fileAt(spec *corev1.PodSpec, mounts []corev1.VolumeMount, target string) mo
 	return f
 }
 
+// runtimePath is a mount path as the container runtime resolves it: cleaned, and with /run for
+// /var/run, which is a symlink to /run in the images writers run (Debian, Ubuntu, Alpine,
+// distroless): a mount at /run/secrets/kubernetes.io/serviceaccount lands where client-go reads.
+// Other symlinks an image may have are out of the guard's sight (README limits).
+func runtimePath(p string) string {
+	p = path.Clean("/" + p)
+	if p == "/run" || strings.HasPrefix(p, "/run/") {
+		return "/var" + p
+	}
+	return p
+}
+
 // provider is one volume source that may write the file.
 type provider struct {
 	kind     string // "serviceAccountToken", "configMap", "secret", "downwardAPI", or another source kind
@@ -258,6 +282,10 @@ type provider struct {
 	name     string // configMap or secret
 	key      string // configMap key ("" when the whole ConfigMap, keys unknown)
 	field    string // downwardAPI fieldRef path
+	// mode is the file's mode as the volume asks (the item's, else the volume's default, else
+	// the API's default 0644); user the owner it names, if any (defaultUser, an item's user).
+	mode int32
+	user *int64
 }
 
 // providers lists the sources of f's volume that may write f.rel: projected sources, or the one
@@ -268,17 +296,36 @@ func providers(f mountedFile) []provider {
 		return nil
 	}
 	var sources []corev1.VolumeProjection
+	var defMode *int32
+	var defUser *int64
 	switch s := f.src; {
 	case s.Projected != nil:
-		sources = s.Projected.Sources
+		sources, defMode, defUser = s.Projected.Sources, s.Projected.DefaultMode, s.Projected.DefaultUser
 	case s.ConfigMap != nil:
 		sources = []corev1.VolumeProjection{{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: s.ConfigMap.Name}, Items: s.ConfigMap.Items}}}
+		defMode, defUser = s.ConfigMap.DefaultMode, s.ConfigMap.DefaultUser
 	case s.Secret != nil:
 		sources = []corev1.VolumeProjection{{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: s.Secret.SecretName}, Items: s.Secret.Items}}}
+		defMode, defUser = s.Secret.DefaultMode, s.Secret.DefaultUser
 	case s.DownwardAPI != nil:
 		sources = []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{Items: s.DownwardAPI.Items}}}
+		defMode, defUser = s.DownwardAPI.DefaultMode, s.DownwardAPI.DefaultUser
 	default:
 		return nil
+	}
+	// The kubelet writes each file with its item's mode and user, else the volume's defaults.
+	as := func(p provider, mode *int32, user *int64) provider {
+		p.mode, p.user = defaultFileMode, defUser
+		if defMode != nil {
+			p.mode = *defMode
+		}
+		if mode != nil {
+			p.mode = *mode
+		}
+		if user != nil {
+			p.user = user
+		}
+		return p
 	}
 	is := func(p string) bool { return strings.TrimPrefix(path.Clean("/"+p), "/") == f.rel }
 	var out []provider
@@ -286,24 +333,24 @@ func providers(f mountedFile) []provider {
 		switch {
 		case src.ServiceAccountToken != nil:
 			if is(src.ServiceAccountToken.Path) {
-				out = append(out, provider{kind: "serviceAccountToken", audience: src.ServiceAccountToken.Audience})
+				out = append(out, as(provider{kind: "serviceAccountToken", audience: src.ServiceAccountToken.Audience}, nil, src.ServiceAccountToken.User))
 			}
 		case src.ConfigMap != nil:
 			if len(src.ConfigMap.Items) == 0 && (src.ConfigMap.Name != rootCAConfigMap || f.rel == "ca.crt") {
-				out = append(out, provider{kind: "configMap", name: src.ConfigMap.Name, key: keyIfRoot(src.ConfigMap.Name, f.rel)})
+				out = append(out, as(provider{kind: "configMap", name: src.ConfigMap.Name, key: keyIfRoot(src.ConfigMap.Name, f.rel)}, nil, nil))
 			}
 			for _, it := range src.ConfigMap.Items {
 				if is(it.Path) {
-					out = append(out, provider{kind: "configMap", name: src.ConfigMap.Name, key: it.Key})
+					out = append(out, as(provider{kind: "configMap", name: src.ConfigMap.Name, key: it.Key}, it.Mode, it.User))
 				}
 			}
 		case src.Secret != nil:
 			if len(src.Secret.Items) == 0 {
-				out = append(out, provider{kind: "secret", name: src.Secret.Name})
+				out = append(out, as(provider{kind: "secret", name: src.Secret.Name}, nil, nil))
 			}
 			for _, it := range src.Secret.Items {
 				if is(it.Path) {
-					out = append(out, provider{kind: "secret", name: src.Secret.Name, key: it.Key})
+					out = append(out, as(provider{kind: "secret", name: src.Secret.Name, key: it.Key}, it.Mode, it.User))
 				}
 			}
 		case src.DownwardAPI != nil:
@@ -313,7 +360,7 @@ func providers(f mountedFile) []provider {
 					if it.FieldRef != nil {
 						field = it.FieldRef.FieldPath
 					}
-					out = append(out, provider{kind: "downwardAPI", field: field})
+					out = append(out, as(provider{kind: "downwardAPI", field: field}, it.Mode, it.User))
 				}
 			}
 		case src.ClusterTrustBundle != nil:
@@ -363,6 +410,28 @@ func tokenProblem(f mountedFile) string {
 	case p.audience != "":
 		return fmt.Sprintf("%s: there is a ServiceAccount token for the audience %q, which the API server accepts only if it is one of its own audiences (the guard cannot tell)", f.target, p.audience)
 	}
+	return readProblem(f, p)
+}
+
+// defaultFileMode is the mode the API server defaults a volume's files to (0644).
+const defaultFileMode int32 = 0o644
+
+// readProblem says why the election's process may be unable to read f, a file of p, as the kubelet
+// writes it ("" when any process can): the kubelet writes a projected file with the volume's
+// mode, owned by root, by the pod's single runAsUser, or by a user the volume names (its
+// defaultUser or the item's user; pkg/volume/projected), and which user the process runs as is
+// the image's to say. So the file must be readable by every user, as the plugin's 0644 is; the
+// guard judges no owner a volume names. And a file mounted by subPath is copied once: the kubelet
+// never writes it again, so a token there expires and a CA there is never renewed.
+func readProblem(f mountedFile, p provider) string {
+	switch {
+	case f.subPath:
+		return fmt.Sprintf("%s: it is mounted by subPath, which the kubelet never updates (a token there expires, a CA there is never renewed); mount the volume's directory there", f.target)
+	case p.user != nil:
+		return fmt.Sprintf("%s: its volume %s makes it owned by user %d, and the guard cannot tell the election's process runs as that user", f.target, quote(f.volume), *p.user)
+	case p.mode&0o444 != 0o444:
+		return fmt.Sprintf("%s: its volume %s writes it with mode %04o, not readable by every user, and the guard cannot tell which user the election's process runs as (0644, the default, is)", f.target, quote(f.volume), p.mode)
+	}
 	return ""
 }
 
@@ -376,7 +445,7 @@ func caProblem(f mountedFile) string {
 	case p.kind != "configMap" || p.name != rootCAConfigMap || p.key != "ca.crt":
 		return f.target + ": " + f.describe() + ", not the cluster's CA (ConfigMap kube-root-ca.crt, key ca.crt)"
 	}
-	return ""
+	return readProblem(f, p)
 }
 
 // describe says what f's volume puts at the path, for messages.

@@ -99,6 +99,11 @@ var PodSources = []PodSource{
 		strip: func(o runtime.Object) {
 			s := o.(*appsv1.StatefulSet)
 			s.ManagedFields, s.Status = nil, appsv1.StatefulSetStatus{}
+			// The claims replace template volumes of their names in every pod (claimVolumes):
+			// kept in the template, so the cache holds the volumes the pods have.
+			if len(s.Spec.VolumeClaimTemplates) > 0 {
+				s.Spec.Template.Spec.Volumes = claimVolumes(s)
+			}
 			s.Spec.VolumeClaimTemplates = nil
 		}},
 	{GVK: gvkDeployment, Resource: "deployments", Scale: true, New: func() runtime.Object { return &appsv1.Deployment{} },

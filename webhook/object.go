@@ -199,13 +199,41 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 		w.Pod = PodContext{Template: true, Spec: &tmpl.Spec, Meta: PodMeta{
 			Labels: tmpl.Labels, Annotations: tmpl.Annotations,
 		}}
-		if gvk == gvkStatefulSet {
+		if set, ok := obj.(*appsv1.StatefulSet); ok {
 			w.Pod.SetName = meta.Name
+			if len(set.Spec.VolumeClaimTemplates) > 0 {
+				spec := tmpl.Spec // a copy: an informer's object is shared
+				spec.Volumes = claimVolumes(set)
+				w.Pod.Spec = &spec
+			}
 		}
 		w.Pod.ControllerSet, w.Pod.SetBy = controllerSetKeys(w), w.Kind
 	}
 	w.Pod.Namespace = w.Namespace
 	return w, nil
+}
+
+// claimVolumes are the volumes of a StatefulSet's pods as its controller makes them (updateStorage
+// in the StatefulSet controller): each volume claim template's claim, in place of any template
+// volume of the same name, then the template's other volumes. A template volume that holds a
+// token would otherwise be judged where the pod mounts a claim.
+func claimVolumes(set *appsv1.StatefulSet) []corev1.Volume {
+	claims := map[string]bool{}
+	var out []corev1.Volume
+	for _, c := range set.Spec.VolumeClaimTemplates {
+		if claims[c.Name] {
+			continue
+		}
+		claims[c.Name] = true
+		out = append(out, corev1.Volume{Name: c.Name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: c.Name + "-" + set.Name + "-<ordinal>"}}})
+	}
+	for _, v := range set.Spec.Template.Spec.Volumes {
+		if !claims[v.Name] {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // setReplicas records a replica count as the API server defaults it (1 when unset).

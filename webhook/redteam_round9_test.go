@@ -1,0 +1,66 @@
+package webhook_test
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/noetl/ehdb-election/webhook"
+)
+
+// TestTheCredentialsAreReadAsTheProcessReadsThem (issue 17, class 3): the token and the CA are
+// judged as the election's process will find them, not by which volume source is named at the
+// path: file modes and owners the kubelet writes (pkg/volume/projected), the symlinks through
+// ..data its atomic writer makes, the /run that /var/run is in the images writers run, a subPath
+// the kubelet never refreshes, and the claim a StatefulSet's controller puts in place of a
+// template volume of the same name (updateStorage).
+func TestTheCredentialsAreReadAsTheProcessReadsThem(t *testing.T) {
+	withModes := func(defaultMode, caMode *int32, user *int64) *corev1.ProjectedVolumeSource {
+		src := kubeAPIAccess("")
+		src.DefaultMode, src.DefaultUser = defaultMode, user
+		src.Sources[1].ConfigMap.Items[0].Mode = caMode
+		return src
+	}
+	tokenUser := kubeAPIAccess("")
+	tokenUser.Sources[0].ServiceAccountToken.User = ptr.To[int64](1234)
+	claimed := func(s *appsv1.StatefulSet) {
+		s.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{}}
+		s.Spec.VolumeClaimTemplates[0].Name = "api"
+	}
+	rows := []row{
+		{name: "the plugin's sources at mode 0000", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", withModes(ptr.To[int32](0), nil, nil)), at(saDir))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"mode 0000"}, lookups: -1},
+		{name: "the CA's item at mode 0400", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", withModes(ptr.To[int32](0o644), ptr.To[int32](0o400), nil)), at(saDir))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{saDir + "/ca.crt", "mode 0400"}, lookups: -1},
+		{name: "the files owned by a user the volume names", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", withModes(ptr.To[int32](0o600), nil, ptr.To[int64](1234))), at(saDir))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"user 1234"}, lookups: -1},
+		{name: "the token owned by a user its projection names", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", tokenUser), at(saDir))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{saDir + "/token", "user 1234"}, lookups: -1},
+		{name: "an emptyDir over ..data, through which the kubelet's files are symlinks", sts: []func(*appsv1.StatefulSet){volume(emptyDir("scratch"), at(saDir+"/..data"))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{saDir + "/..data"}, lookups: -1},
+		{name: "an emptyDir over /run/secrets/kubernetes.io/serviceaccount, where /var/run leads", sts: []func(*appsv1.StatefulSet){volume(emptyDir("scratch"), at("/run/secrets/kubernetes.io/serviceaccount"))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"two mounts at " + saDir}, lookups: -1},
+		{name: "automount off and an emptyDir at /run/secrets/kubernetes.io/serviceaccount", sts: []func(*appsv1.StatefulSet){noAutomount, volume(emptyDir("scratch"), at("/run/secrets/kubernetes.io/serviceaccount"))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{`emptyDir volume \"scratch\"`}, lookups: -1},
+		{name: "the token mounted by subPath, which the kubelet never refreshes", sts: []func(*appsv1.StatefulSet){noAutomount,
+			volume(projected("api", kubeAPIAccess("")), corev1.VolumeMount{MountPath: saDir + "/token", SubPath: "token"}, corev1.VolumeMount{MountPath: saDir + "/ca.crt", SubPath: "ca.crt"}, corev1.VolumeMount{MountPath: saDir + "/namespace", SubPath: "namespace"})},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"subPath"}, lookups: -1},
+		{name: "a claim template named like the template's token volume", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", kubeAPIAccess("")), at(saDir)), claimed},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"persistentVolumeClaim"}, lookups: -1},
+
+		// --- right answers ------------------------------------------------------------------
+		{name: "the plugin's sources at mode 0444", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", withModes(ptr.To[int32](0o444), nil, nil)), at(saDir))},
+			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "an emptyDir at /run/other", sts: []func(*appsv1.StatefulSet){volume(emptyDir("scratch"), at("/run/other"))},
+			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "a claim template of another name", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", kubeAPIAccess("")), at(saDir)), func(s *appsv1.StatefulSet) {
+			s.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{}}
+			s.Spec.VolumeClaimTemplates[0].Name = "data"
+		}}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+	}
+	for _, rw := range rows {
+		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+}

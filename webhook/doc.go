@@ -78,7 +78,12 @@
 //     runtime mounts parents first), with subPath followed, and two mounts at one path or a
 //     subPathExpr are refused as undecidable. So an emptyDir (or any volume) over the directory, a
 //     file mounted over the token, a projected token for another audience, automount off with the
-//     token projected elsewhere, and a volume named like the plugin's are all refused.
+//     token projected elsewhere, and a volume named like the plugin's are all refused. Each file
+//     must also be readable as the process will find it: by every user (mode with 0444; no owner
+//     the volume names, since the process's user is the image's), not a subPath copy (never
+//     updated), with no mount at a ".." name inside its volume's mount (the kubelet's files are
+//     symlinks through ..data); /run counts as /var/run, and a StatefulSet's claim template
+//     replaces the template volume of its name (the controller's updateStorage).
 //   - ConfigMap changes (1). Every create, update and delete of a ConfigMap in a guarded namespace
 //     reaches the webhook (no matchCondition: a value may be assembled from several keys, or vanish
 //     with a key or a delete), which judges each object that reads it (every kind of PodSources,

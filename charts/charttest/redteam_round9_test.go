@@ -70,3 +70,43 @@ func TestRedTeamAdoptedCredentials(t *testing.T) {
 		t.Errorf("arming the adopted Pod: %v; want the guard to refuse it for its credentials, naming the Pod", err)
 	}
 }
+
+// TestRedTeamEphemeralRelabel replays the ninth red team's relabel (issue 17, class 4): a Pod armed
+// only in an ephemeral container that reads its election from a label. The label edit turning the
+// election off never reached the webhook: the Pod entry's matchCondition looked at containers and
+// initContainers only. The ephemeral container had not started (a Pod still pending, an image
+// still pulling), so the kubelet would start it with the election off.
+func TestRedTeamEphemeralRelabel(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	pods := rt.cs.CoreV1().Pods(rt.ns)
+	rt.liveShard0(t)
+	p, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "eph9-0", Labels: map[string]string{"e": "true"}},
+		Spec: corev1.PodSpec{ServiceAccountName: "noetl-cmdbus-writer", Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the unarmed Pod: %v", err)
+	}
+	token := ""
+	for _, v := range p.Spec.Volumes {
+		if strings.HasPrefix(v.Name, "kube-api-access-") {
+			token = v.Name
+		}
+	}
+	p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "armed", Image: "busybox",
+		Env: []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"},
+			{Name: "NOETL_EHDB_ELECTION", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['e']"}}},
+			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
+		VolumeMounts: []corev1.VolumeMount{{Name: token, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}}}}
+	if _, err := pods.UpdateEphemeralContainers(ctx, p.Name, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("an armed ephemeral container with its election on, its account's token and shard 0 live: %v", err)
+	}
+	p, err = pods.Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Labels["e"] = "false"
+	_, err = pods.Update(ctx, p, dryUpdate)
+	if err == nil || !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), `ephemeral container \"armed\"`) && !strings.Contains(err.Error(), `ephemeral container "armed"`) {
+		t.Errorf("the label edit turning the ephemeral container's election off: %v; want the guard to refuse it", err)
+	}
+}

@@ -421,6 +421,9 @@ func fieldRefValue(ref *corev1.ObjectFieldSelector, pod *PodContext) Value {
 				return Value{Text: pod.SetName + "-" + ordinalMark, PerOrdinal: true}
 			}
 		}
+		if base == "metadata.labels" && topologyLabels[key] && !bound(pod) {
+			return unknown("fieldRef " + quote(ref.FieldPath) + " (the API server sets it from the node when the pod is bound: PodTopologyLabels)")
+		}
 		if pod.Template && pod.ControllerSet[base+"['"+key+"']"] {
 			return unknown("fieldRef " + quote(ref.FieldPath) + " (set by the " + pod.SetBy + " controller on each pod, over the template's value)")
 		}
@@ -454,6 +457,9 @@ func fieldRefValue(ref *corev1.ObjectFieldSelector, pod *PodContext) Value {
 			return unknown("fieldRef " + quote(path) + " (a controller may add entries)")
 		}
 		if path == "metadata.labels" {
+			if !bound(pod) {
+				return unknown("fieldRef metadata.labels (the API server adds the node's topology labels when the pod is bound: PodTopologyLabels)")
+			}
 			return Value{Text: formatMap(pod.Meta.Labels)}
 		}
 		return Value{Text: formatMap(pod.Meta.Annotations)}
@@ -469,6 +475,17 @@ func fieldRefValue(ref *corev1.ObjectFieldSelector, pod *PodContext) Value {
 	default:
 		return unknown("fieldRef " + quote(ref.FieldPath) + " (not supported by the kubelet)")
 	}
+}
+
+// topologyLabels are the labels the API server's PodTopologyLabels admission plugin (on by default
+// since 1.35) copies from the node onto a pod when it is bound, over any value the pod had: it adds
+// them to the Binding, and binding copies a Binding's labels onto the Pod (pkg/registry/core/pod/
+// storage). A pod created on a node gets them at creation, before any webhook sees it.
+var topologyLabels = map[string]bool{"topology.kubernetes.io/zone": true, "topology.kubernetes.io/region": true}
+
+// bound reports whether pod is a Pod already on its node: its labels are then the ones it runs with.
+func bound(pod *PodContext) bool {
+	return !pod.Template && pod.Spec != nil && pod.Spec.NodeName != ""
 }
 
 // ServiceAccountName is the ServiceAccount the pod will run as: spec.serviceAccountName, else the

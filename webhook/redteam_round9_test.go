@@ -3,11 +3,13 @@ package webhook_test
 import (
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 // TestTheCredentialsAreReadAsTheProcessReadsThem (issue 17, class 3): the token and the CA are
@@ -59,6 +61,33 @@ func TestTheCredentialsAreReadAsTheProcessReadsThem(t *testing.T) {
 			s.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{}}
 			s.Spec.VolumeClaimTemplates[0].Name = "data"
 		}}, allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+	}
+	for _, rw := range rows {
+		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+}
+
+// TestTopologyLabelsAreTheNodes (issue 17, class 3): a Pod's topology.kubernetes.io/zone and
+// region labels are the node's once it is bound (the PodTopologyLabels admission plugin puts them
+// on the Binding, and binding copies a Binding's labels onto the Pod, over the Pod's own), so
+// before that a fieldRef to them is unknowable. The ninth red team's Pod took its shard from the
+// zone label it did not have yet: judged on shard 0 (live), it ran on shard 7.
+func TestTopologyLabelsAreTheNodes(t *testing.T) {
+	fromZone := envVar(corev1.EnvVar{Name: "NOETL_EHDB_ELECTION_SHARD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['topology.kubernetes.io/zone']"}}})
+	zonePod := func(zone, node string) func(testing.TB) webhook.Input {
+		return func(t testing.TB) webhook.Input {
+			p := barePod(sts(append(compliant(), fromZone)...), wt.WriterName+"-0")
+			if zone != "" {
+				p.Labels = map[string]string{"topology.kubernetes.io/zone": zone}
+			}
+			p.Spec.NodeName = node
+			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkPod, p)}
+		}
+	}
+	rows := []row{
+		{name: "the zone label absent before binding", input: zonePod("", ""), unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"PodTopologyLabels"}, lookups: -1},
+		{name: "the zone label set by hand before binding, which overwrites it", input: zonePod("0", ""), unmet: []webhook.Reason{webhook.ReasonShardUnknown}, msg: []string{"PodTopologyLabels"}, lookups: -1},
+		{name: "a Pod created on its node has the node's labels already", input: zonePod("0", "node-a"), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
 	}
 	for _, rw := range rows {
 		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })

@@ -137,6 +137,8 @@ func (h *Handler) Handle(ctx context.Context, req Request) (resp Response) {
 		return h.handleScale(ctx, req, log, start)
 	case gvk == gvkService && req.SubResource == "" && (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
 		return h.handleService(req, log, start)
+	case isBinding(req):
+		return h.handleBinding(ctx, req, log, start)
 	case !Known(gvk):
 		return allow(ReasonNoOpinion, "the guard does not judge "+gvk.String())
 	case gvk == gvkPod && req.SubResource == subresourceEphemeral && req.Operation == admissionv1.Update:
@@ -170,6 +172,12 @@ func (h *Handler) Handle(ctx context.Context, req Request) (resp Response) {
 			in.Old = old
 		}
 	}
+	return h.judge(ctx, req, log, start, kind, in)
+}
+
+// judge judges in, the object of req as Decode made it (or a Pod as a binding leaves it), and
+// records and logs the decision.
+func (h *Handler) judge(ctx context.Context, req Request, log logr.Logger, start time.Time, kind string, in Input) Response {
 	h.noteRunning(in)
 
 	// The ConfigMaps the review reads: only the keys its containers can make matter, charged to

@@ -1,11 +1,17 @@
 package webhook_test
 
 import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/webhook"
@@ -91,5 +97,53 @@ func TestTopologyLabelsAreTheNodes(t *testing.T) {
 	}
 	for _, rw := range rows {
 		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+}
+
+// TestABindingIsJudgedLikeTheEditItMakes (issue 17, class 4): binding a Pod (pods/binding, the
+// scheduler's path) copies the Binding's labels and annotations onto it, and a fieldRef reads them
+// at every container start. The ninth red team turned an armed Pod's election off with a Binding's
+// label, unreviewed; it is judged like the label edit it makes.
+func TestABindingIsJudgedLikeTheEditItMakes(t *testing.T) {
+	fromLabel := envVar(corev1.EnvVar{Name: "NOETL_EHDB_ELECTION", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['e']"}}})
+	fromAnnotation := envVar(corev1.EnvVar{Name: "NOETL_EHDB_ELECTION_SHARD", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['shard']"}}})
+	armed := func(opts ...func(*appsv1.StatefulSet)) *webhook.Workload {
+		p := saAdmitted(barePod(sts(append(compliant(), opts...)...), wt.WriterName+"-0"))
+		p.Labels, p.Annotations = map[string]string{"e": "true"}, map[string]string{"shard": "0"}
+		return workload(t, gvkPod, p)
+	}
+	binding := func(labels, annotations map[string]string) []byte {
+		b := &corev1.Binding{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Binding"}, ObjectMeta: metav1.ObjectMeta{Name: wt.WriterName + "-0", Namespace: ns, Labels: labels, Annotations: annotations},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "node-a"}}
+		raw, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: &admissionv1.AdmissionRequest{
+			UID: "b1", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Binding"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, SubResource: "binding",
+			Operation: admissionv1.Create, Namespace: ns, Name: wt.WriterName + "-0", Object: runtime.RawExtension{Object: b}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	for _, tc := range []struct {
+		name    string
+		pod     webhook.Workloads
+		body    []byte
+		allowed bool
+		msg     string
+	}{
+		{"a Binding's label turning the election off", idleWatch{armed(fromLabel)}, binding(map[string]string{"e": "false"}, nil), false, "election is not enabled"},
+		{"a Binding's annotation moving the shard to one without a Lease", idleWatch{armed(fromAnnotation)}, binding(nil, map[string]string{"shard": "7"}), false, "ehdb-shard-00000007 (shard 7) does not exist"},
+		{"a plain Binding", idleWatch{armed(fromLabel)}, binding(nil, nil), true, ""},
+		{"the node's topology labels on a Pod that reads none", idleWatch{armed()}, binding(map[string]string{"topology.kubernetes.io/zone": "7"}, nil), true, ""},
+		{"a Binding's label the Pod reads, unchanged", idleWatch{armed(fromLabel)}, binding(map[string]string{"e": "true"}, nil), true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Workloads: tc.pod, Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", tc.body)
+			if out.Response == nil || out.Response.Allowed != tc.allowed || !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Fatalf("allowed=%v, want %v (%q): %s", out.Response != nil && out.Response.Allowed, tc.allowed, tc.msg, raw)
+			}
+		})
 	}
 }

@@ -110,3 +110,40 @@ func TestRedTeamEphemeralRelabel(t *testing.T) {
 		t.Errorf("the label edit turning the ephemeral container's election off: %v; want the guard to refuse it", err)
 	}
 }
+
+// TestRedTeamBindingLabels replays the ninth red team's binding (issue 17, class 4) on the real API
+// server: binding an armed Pod with a Binding whose label turns off the election the Pod reads from
+// that label. Binding copies the Binding's labels onto the Pod, and the webhook saw no binding.
+func TestRedTeamBindingLabels(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	pods := rt.cs.CoreV1().Pods(rt.ns)
+	rt.liveShard0(t)
+	w := rt.writer("bind9", func(s *appsv1.StatefulSet) {
+		c := &s.Spec.Template.Spec.Containers[0]
+		for i := range c.Env {
+			if c.Env[i].Name == "NOETL_EHDB_ELECTION" {
+				c.Env[i] = corev1.EnvVar{Name: "NOETL_EHDB_ELECTION", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['e']"}}}
+			}
+		}
+	})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bind9-0", Labels: map[string]string{"e": "true"}}, Spec: w.Spec.Template.Spec}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the armed Pod with its election on and shard 0 live: %v", err)
+	}
+	bind := func(labels map[string]string) error {
+		return pods.Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "bind9-0", Labels: labels}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-9"}},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	}
+	var err error
+	waitFor(t, 30*time.Second, "the guard refusing the binding", func(ctx context.Context) (bool, error) {
+		err = bind(map[string]string{"e": "false"})
+		return err != nil, nil
+	})
+	if !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "election is not enabled") {
+		t.Errorf("a Binding whose label turns the election off: %v; want the guard to refuse it", err)
+	}
+	if err := bind(nil); err != nil {
+		t.Errorf("a plain binding, as the scheduler makes: %v", err)
+	}
+}

@@ -457,21 +457,48 @@ func (w *watches) watchOf(resource, namespace string) (*watched, bool) {
 }
 
 // Workload implements webhook.Workloads from the reader watches: the object as the watch last saw
-// it. known is false when the kind is not watched in that namespace.
+// it, or, when the watch has not seen it, as a GET finds it (a Pod the scheduler binds a moment
+// after it was created). known is false when the kind is not watched in that namespace.
 func (w *watches) Workload(resource, namespace, name string) (*webhook.Workload, bool, bool) {
 	x, ok := w.watchOf(resource, namespace)
 	if !ok {
 		return nil, false, false
 	}
 	obj, found, err := x.informer.GetStore().GetByKey(namespace + "/" + name)
-	if err != nil || !found {
-		return nil, false, err == nil
+	if err != nil {
+		return nil, false, false
+	}
+	if !found {
+		return w.get(resource, namespace, name)
 	}
 	ro, ok := obj.(runtime.Object)
 	if !ok {
 		return nil, false, false
 	}
 	wl, err := webhook.WorkloadOf(ro.DeepCopyObject(), namespace)
+	if err != nil {
+		return nil, false, false
+	}
+	return wl, true, true
+}
+
+// get reads one object of a watched kind from the API server.
+func (w *watches) get(resource, namespace, name string) (*webhook.Workload, bool, bool) {
+	i := slices.IndexFunc(webhook.PodSources, func(s webhook.PodSource) bool { return s.Resource == resource })
+	if i < 0 {
+		return nil, false, false
+	}
+	src := webhook.PodSources[i]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	obj, err := restClientFor(w.cs, src.GVK.Group).Get().Namespace(namespace).Resource(resource).Name(name).Do(ctx).Get()
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, true
+	case err != nil:
+		return nil, false, false
+	}
+	wl, err := webhook.WorkloadOf(obj, namespace)
 	if err != nil {
 		return nil, false, false
 	}

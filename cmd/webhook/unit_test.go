@@ -228,7 +228,8 @@ func TestAnIdleOwnerIsReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	go func() { _ = w.run(runCtx) }()
+	stopped := make(chan struct{})
+	go func() { _ = w.run(runCtx); close(stopped) }()
 	ref := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "w", UID: dep.UID, Controller: ptr.To(true)}
 	eventually(t, 10*time.Second, "the watch holds the Deployment", func() error {
 		if _, found, _ := w.Workload("deployments", ns, "w"); !found {
@@ -236,13 +237,21 @@ func TestAnIdleOwnerIsReadAgain(t *testing.T) {
 		}
 		return nil
 	})
+	// The watch stops for good only once run returns (an event in flight would still reach it);
+	// then its cache is made to hold the Deployment as it was before the scale-up, whatever the
+	// watch saw while stopping, so the cache is stale for certain.
 	stop()
+	<-stopped
 	if _, err := deps.UpdateScale(ctx, "w", &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: ns},
 		Spec: autoscalingv1.ScaleSpec{Replicas: 1}}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if cached, _, _ := w.Workload("deployments", ns, "w"); cached.NoPods == "" {
-		t.Fatal("the stopped watch saw the scale-up: the test proves nothing")
+	x, _ := w.watchOf("deployments", ns)
+	if err := x.informer.GetStore().Update(dep); err != nil {
+		t.Fatal(err)
+	}
+	if cached, found, _ := w.Workload("deployments", ns, "w"); !found || cached.NoPods == "" {
+		t.Fatalf("the cache should hold the Deployment at replicas 0: %+v", cached)
 	}
 	owner, found, known := w.Owner(ns, ref)
 	if !found || !known || owner.NoPods != "" || owner.Replicas != 1 {

@@ -74,7 +74,7 @@ func fuzzBody(data []byte) []byte {
 		return data
 	}
 	b := &fuzzBytes{data: data}
-	subject := b.pick(5)
+	subject := b.pick(6)
 	namespace := []string{ns, ns, "other", ""}[b.pick(4)]
 	naming := b.pick(4) // 0, 1: the object's own name; 2: another; 3: none
 	dryRun := b.pick(2) == 1
@@ -91,6 +91,8 @@ func fuzzBody(data []byte) []byte {
 		req = rbacRequest(b)
 	case 4:
 		req = scaleRequest(b)
+	case 5:
+		req = bindingRequest(b)
 	}
 	if req.Namespace != "" {
 		req.Namespace = namespace
@@ -402,6 +404,31 @@ func scaleRequest(b *fuzzBytes) *admissionv1.AdmissionRequest {
 		Object: runtime.RawExtension{Object: scale(to)}, OldObject: runtime.RawExtension{Object: scale(from)}}
 }
 
+// fzBindingLabels are the values a Binding's label e takes: the bound cluster's Pod reads its
+// election from it (fzScaleTargets).
+var fzBindingLabels = []string{"true", "false", "", "1", "TRUE", "no", " true "}
+
+// bindingRequest binds the bound cluster's Pod (fzScaleTargets) with a Binding that may carry the
+// label its election reads, the node's topology labels and an annotation.
+func bindingRequest(b *fuzzBytes) *admissionv1.AdmissionRequest {
+	bd := &corev1.Binding{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Binding"}, ObjectMeta: metav1.ObjectMeta{Name: wt.WriterName, Namespace: ns},
+		Target: corev1.ObjectReference{Kind: "Node", Name: "node-a"}}
+	if b.pick(2) == 1 {
+		bd.Labels = map[string]string{"e": fzBindingLabels[b.pick(len(fzBindingLabels))]}
+	}
+	if b.pick(2) == 1 {
+		if bd.Labels == nil {
+			bd.Labels = map[string]string{}
+		}
+		bd.Labels["topology.kubernetes.io/zone"] = string(rune('0' + b.pick(8)))
+	}
+	if b.pick(2) == 1 {
+		bd.Annotations = map[string]string{"note": string(rune('a' + b.pick(4)))}
+	}
+	return &admissionv1.AdmissionRequest{Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Binding"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+		SubResource: "binding", Operation: admissionv1.Create, Namespace: ns, Name: wt.WriterName, Object: runtime.RawExtension{Object: bd}}
+}
+
 // fzScaled are the resources whose scale subresource the guard reviews.
 var fzScaled = []metav1.GroupVersionResource{
 	{Group: "apps", Version: "v1", Resource: "statefulsets"}, {Group: "apps", Version: "v1", Resource: "deployments"},
@@ -425,6 +452,16 @@ func newScaleTargets(t testing.TB) fzScaleTargets {
 		}
 		out[res] = w
 	}
+	// The Pod a Binding binds: the compliant writer of shard 0 (live in the bound cluster), its
+	// election on from its label e.
+	p := saAdmitted(barePod(fzWriter(append(compliant(), envVar(corev1.EnvVar{Name: "NOETL_EHDB_ELECTION", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['e']"}}}))...), wt.WriterName))
+	p.Spec.Hostname, p.Labels = wt.WriterName+"-0", map[string]string{"e": "true"}
+	w, err := webhook.WorkloadOf(p, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["pods"] = w
 	return out
 }
 

@@ -80,10 +80,13 @@ func fuzzReviewInput(t testing.TB, empty, bound http.Handler, data []byte) {
 	// The bound cluster judges only changes of what its writer runs with; other bodies are not
 	// sent twice, so the work per input stays that of one review.
 	if !bytes.Contains(body, []byte("rbac.authorization.k8s.io")) && !bytes.Contains(body, []byte("ServiceAccount")) && !bytes.Contains(body, []byte("ConfigMap")) &&
-		!bytes.Contains(body, []byte("Scale")) {
+		!bytes.Contains(body, []byte("Scale")) && !bytes.Contains(body, []byte("Binding")) {
 		return
 	}
 	if fuzzServe(t, bound, body) {
+		if bindingDisarmsThePod(body) {
+			t.Fatalf("a Binding whose label turns the bound Pod's election off allowed: %s", body)
+		}
 		if scaleStartsADeadShard(body) {
 			t.Fatalf("a scale-up from 0 of an armed workload whose shard has no Lease allowed: %s", body)
 		}
@@ -265,6 +268,30 @@ func scaleStartsADeadShard(body []byte) bool {
 		return false
 	}
 	return old.Spec.Replicas == 0 && now.Spec.Replicas > 0
+}
+
+// bindingDisarmsThePod: a binding of the bound cluster's Pod whose label e, which the Pod's
+// election reads, does not enable the election by the writer's own parser.
+func bindingDisarmsThePod(body []byte) bool {
+	r := decodeRequest(body)
+	if r == nil || r.SubResource != "binding" || r.Resource.Resource != "pods" || r.Resource.Group != "" || r.Operation != admissionv1.Create || r.Namespace != ns || r.Name != wt.WriterName {
+		return false
+	}
+	var b corev1.Binding
+	if kjson.UnmarshalCaseSensitivePreserveInts(r.Object.Raw, &b) != nil {
+		return false
+	}
+	v, ok := b.Labels["e"]
+	if !ok {
+		return false
+	}
+	cfg, _ := electionenv.Parse(func(k string) (string, bool) {
+		if k == electionenv.EnvElection {
+			return v, true
+		}
+		return "", false
+	})
+	return !cfg.Enabled
 }
 
 // literallyArmed: a CREATE of a judged kind, an UPDATE of a kind with a pod template, or an

@@ -34,7 +34,8 @@
 //   - Kinds and paths (4). Every built-in path that creates a pod or changes a running pod's
 //     containers is reviewed: the kinds of PodSources (ReplicationController included) on create
 //     and update, Pods on create and on updates of their labels and annotations (a fieldRef to them
-//     is resolved at every container start), ephemeral containers added to a running Pod (judged
+//     is resolved at every container start), through the Pod, its status or a binding that copies
+//     them (binding.go), ephemeral containers added to a running Pod (judged
 //     like a workload: order check, fail closed), and the scale subresource of the kinds with a
 //     replica count. Arming that adds shards is arming: the order check covers every shard the
 //     object runs armed that it did not run armed before (a StatefulSet's replicas 0 → n, a

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,10 @@ type APIClient interface {
 	GetClusterRole(ctx context.Context, name string) (*rbacv1.ClusterRole, error)
 	GetRole(ctx context.Context, namespace, name string) (*rbacv1.Role, error)
 	GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+	// ListValidatingAdmissionPolicies and ListValidatingAdmissionPolicyBindings list those with
+	// the label selector given (the chart's lease guards).
+	ListValidatingAdmissionPolicies(ctx context.Context, selector string) (*admissionregistrationv1.ValidatingAdmissionPolicyList, error)
+	ListValidatingAdmissionPolicyBindings(ctx context.Context, selector string) (*admissionregistrationv1.ValidatingAdmissionPolicyBindingList, error)
 	// CoreREST is the core group's REST client, through which ConfigMaps are read as a stream
 	// that keeps only the keys a review needs; nil for a client without one (a fake clientset),
 	// whose ConfigMaps are then read whole with GetConfigMap.

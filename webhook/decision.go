@@ -31,6 +31,9 @@ const (
 	// ReasonLeaseUnguarded: the election's Leases live in a namespace the webhook does not guard,
 	// so it can never read them (a definite refusal, not "could not verify", which a Pod passes).
 	ReasonLeaseUnguarded Reason = "lease_unguarded"
+	// ReasonLeaseGuard: the chart's lease guard of the Lease namespace does not admit the
+	// writer's account, so its election could never write its Lease (leaseguard.go).
+	ReasonLeaseGuard     Reason = "lease_guard"
 	ReasonCouldNotVerify Reason = "could_not_verify"
 	ReasonNoToken        Reason = "no_token"
 	// ReasonOtherAPIServer: the container's election would dial another API server than the one
@@ -53,7 +56,7 @@ var AllowReasons = []Reason{ReasonUnarmed, ReasonRequirementsMet, ReasonNoOpinio
 // DenialReasons lists every Reason a denial can carry (for pinning metrics).
 var DenialReasons = []Reason{
 	ReasonMalformed, ReasonElectionDisabled, ReasonElectionUnknowable, ReasonDefaultServiceAccount,
-	ReasonServiceAccountMissing, ReasonServiceAccountUnbound, ReasonShardUnknown, ReasonLeaseNotLive, ReasonLeaseUnguarded,
+	ReasonServiceAccountMissing, ReasonServiceAccountUnbound, ReasonShardUnknown, ReasonLeaseNotLive, ReasonLeaseUnguarded, ReasonLeaseGuard,
 	ReasonCouldNotVerify, ReasonNoToken, ReasonOtherAPIServer, ReasonTooComplex, ReasonInternalError, ReasonGuardAccess,
 }
 

@@ -29,6 +29,8 @@ type Facts struct {
 	Bindings map[string]BindingsFact
 	// Roles and ClusterRoles (RoleKey.Namespace ""), for an RBAC change.
 	Roles map[RoleKey]RoleFact
+	// LeaseGuards by namespace: the chart's lease guard there, if any (leaseguard.go).
+	LeaseGuards map[string]LeaseGuardFact
 }
 
 // ServiceAccountFact is what a lookup of one ServiceAccount returned.
@@ -83,6 +85,8 @@ type Query struct {
 	// Bindings lists scopes whose bindings to list (Facts.Bindings); Roles, roles to get.
 	Bindings []string
 	Roles    []RoleKey
+	// LeaseGuards lists namespaces whose lease guard to read (Facts.LeaseGuards).
+	LeaseGuards []string
 }
 
 // Empty reports whether nothing is needed.
@@ -92,7 +96,7 @@ func (q Query) Empty() bool {
 
 // Size is the number of lookups in q.
 func (q Query) Size() int {
-	return len(q.ConfigMaps) + len(q.ServiceAccounts) + len(q.Access) + len(q.Leases) + len(q.Bindings) + len(q.Roles)
+	return len(q.ConfigMaps) + len(q.ServiceAccounts) + len(q.Access) + len(q.Leases) + len(q.Bindings) + len(q.Roles) + len(q.LeaseGuards)
 }
 
 // Resolver gathers facts from the API server. It reports every failure inside the returned Facts
@@ -116,6 +120,7 @@ func NewFacts(now time.Time) *Facts {
 		Leases:          map[types.NamespacedName]LeaseFact{},
 		Bindings:        map[string]BindingsFact{},
 		Roles:           map[RoleKey]RoleFact{},
+		LeaseGuards:     map[string]LeaseGuardFact{},
 	}
 }
 
@@ -141,6 +146,9 @@ func (f *Facts) Merge(o *Facts) {
 	}
 	for k, v := range o.Roles {
 		f.Roles[k] = v
+	}
+	for k, v := range o.LeaseGuards {
+		f.LeaseGuards[k] = v
 	}
 }
 
@@ -224,6 +232,16 @@ func (b *queryBuilder) role(k RoleKey) {
 	}
 	b.seen[k] = true
 	b.q.Roles = append(b.q.Roles, k)
+}
+
+type leaseGuardKey string
+
+func (b *queryBuilder) leaseGuard(ns string) {
+	if _, ok := b.facts.LeaseGuards[ns]; ok || b.seen[leaseGuardKey(ns)] {
+		return
+	}
+	b.seen[leaseGuardKey(ns)] = true
+	b.q.LeaseGuards = append(b.q.LeaseGuards, ns)
 }
 
 func (b *queryBuilder) query() Query {

@@ -71,6 +71,7 @@ func Needs(in Input, f *Facts, p Policy) Query {
 		ns := ev.namespace.Text
 		shardsKnown := ev.shardProblem == "" && ev.tooMany == 0
 		if sa != "default" {
+			b.leaseGuard(ns)
 			for _, verb := range requiredVerbs {
 				wide := AccessCheck{ServiceAccount: saKey, Namespace: ns, Verb: verb}
 				b.access(wide)

@@ -2,11 +2,14 @@ package webhook_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -143,6 +146,86 @@ func TestABindingIsJudgedLikeTheEditItMakes(t *testing.T) {
 			_, out, raw := post(t, srv.URL, "application/json", tc.body)
 			if out.Response == nil || out.Response.Allowed != tc.allowed || !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
 				t.Fatalf("allowed=%v, want %v (%q): %s", out.Response != nil && out.Response.Allowed, tc.allowed, tc.msg, raw)
+			}
+		})
+	}
+}
+
+// TestTheLeaseGuardMustAdmitTheWriter (issue 17, class 6): the chart's lease guard admits Lease
+// writes only from the accounts it names, whatever RBAC grants; an armed writer running as another
+// account bound to the Role by hand was admitted and never minted (the ninth red team's first
+// break). What the guard admits is read off the live policy (LeaseGuardOf, on the real API
+// server in charts/charttest).
+func TestTheLeaseGuardMustAdmitTheWriter(t *testing.T) {
+	writer := "system:serviceaccount:" + ns + ":" + wt.WriterSA
+	guard := func(g webhook.LeaseGuardFact) func(r *wt.Resolver) {
+		return func(r *wt.Resolver) {
+			r.ServiceAccounts["second"] = nil
+			r.Grant(ns, "second", ns, "get", "list", "watch", "create", "update")
+			r.LeaseGuards = map[string]webhook.LeaseGuardFact{ns: g}
+		}
+	}
+	second := wt.ServiceAccount("second")
+	rows := []row{
+		{name: "a second account the lease guard does not name", sts: []func(*appsv1.StatefulSet){second}, cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer}}),
+			unmet: []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"lease guard g", "second"}, lookups: -1},
+		{name: "the lease guard unreadable", sts: []func(*appsv1.StatefulSet){second}, cluster: guard(webhook.LeaseGuardFact{Name: "g", Err: errors.New("forbidden")}),
+			unmet: []webhook.Reason{webhook.ReasonCouldNotVerify}, msg: []string{"forbidden"}, lookups: -1},
+		{name: "the chart's writer", cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer}}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "a second account the lease guard names", sts: []func(*appsv1.StatefulSet){second},
+			cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer, "system:serviceaccount:" + ns + ":second"}}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "a break-glass group of every account of the namespace", sts: []func(*appsv1.StatefulSet){second},
+			cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer}, Groups: []string{"system:serviceaccounts:" + ns}}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "no lease guard in the namespace", sts: []func(*appsv1.StatefulSet){second}, cluster: guard(webhook.LeaseGuardFact{}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+	}
+	for _, rw := range rows {
+		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+}
+
+// LeaseGuardOf reads the principals off a lease guard as the chart renders it, binds it only to
+// the namespace its Deny binding selects, and says so when the policy is not as rendered.
+func TestLeaseGuardOf(t *testing.T) {
+	policy := func(writer, bound string) admissionregistrationv1.ValidatingAdmissionPolicy {
+		p := admissionregistrationv1.ValidatingAdmissionPolicy{}
+		p.Name = "g"
+		p.Spec.Variables = []admissionregistrationv1.Variable{{Name: "writer", Expression: writer}, {Name: "boundWriters", Expression: bound},
+			{Name: "breakGlassUsers", Expression: `["alice"]`}, {Name: "breakGlassGroups", Expression: `["ops"]`}}
+		return p
+	}
+	binding := func(ns string, actions ...admissionregistrationv1.ValidationAction) admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+		b := admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		b.Name, b.Spec.PolicyName, b.Spec.ValidationActions = "g", "g", actions
+		b.Spec.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}
+		return b
+	}
+	good := policy(`'system:serviceaccount:noetl:w'`, `["system:serviceaccount:noetl:x"]`)
+	deny := admissionregistrationv1.Deny
+	for _, tc := range []struct {
+		name     string
+		policies []admissionregistrationv1.ValidatingAdmissionPolicy
+		bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		users    []string
+		none     bool
+		err      bool
+	}{
+		{"as rendered", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, deny)},
+			[]string{"system:serviceaccount:noetl:w", "system:serviceaccount:noetl:x", "alice"}, false, false},
+		{"bound to another namespace", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding("other", deny)}, nil, true, false},
+		{"warning only", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, admissionregistrationv1.Warn)}, nil, true, false},
+		{"its policy gone", nil, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, deny)}, nil, false, true},
+		{"a writer expression not as rendered", []admissionregistrationv1.ValidatingAdmissionPolicy{policy(`request.userInfo.username`, `[]`)}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, deny)}, nil, false, true},
+		{"a bound list not as rendered", []admissionregistrationv1.ValidatingAdmissionPolicy{policy(`'system:serviceaccount:noetl:w'`, `variables.x`)}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, deny)}, nil, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := webhook.LeaseGuardOf(ns, tc.policies, tc.bindings)
+			switch {
+			case tc.err != (g.Err != nil):
+				t.Fatalf("err = %v, want an error: %v", g.Err, tc.err)
+			case tc.none != (g.Name == ""):
+				t.Fatalf("guard %q, want none: %v", g.Name, tc.none)
+			case !tc.err && !slices.Equal(g.Users, tc.users):
+				t.Fatalf("users %v, want %v", g.Users, tc.users)
 			}
 		})
 	}

@@ -3,9 +3,11 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -196,6 +198,20 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 			mu.Unlock()
 		})
 	}
+	if len(q.LeaseGuards) > 0 {
+		run(func() {
+			facts := r.leaseGuards(ctx, q.LeaseGuards)
+			mu.Lock()
+			maps.Copy(out.LeaseGuards, facts)
+			mu.Unlock()
+		}, func(err error) {
+			mu.Lock()
+			for _, ns := range q.LeaseGuards {
+				out.LeaseGuards[ns] = LeaseGuardFact{Err: fmt.Errorf("listing lease guards: %w", err)}
+			}
+			mu.Unlock()
+		})
+	}
 	for _, key := range q.Roles {
 		run(func() {
 			fact := r.role(ctx, key)
@@ -269,6 +285,25 @@ func (r *APIResolver) bindings(ctx context.Context, scope string) BindingsFact {
 	}
 	for i := range l.Items {
 		out.Items = append(out.Items, BindingOfRoleBinding(&l.Items[i]))
+	}
+	return out
+}
+
+// leaseGuards reads the chart's lease guards (their policies and bindings, by label) fresh from
+// the API server, and finds each namespace's.
+func (r *APIResolver) leaseGuards(ctx context.Context, namespaces []string) map[string]LeaseGuardFact {
+	out := map[string]LeaseGuardFact{}
+	policies, err := r.client.ListValidatingAdmissionPolicies(ctx, LeaseGuardLabel)
+	var bindings *admissionregistrationv1.ValidatingAdmissionPolicyBindingList
+	if err == nil {
+		bindings, err = r.client.ListValidatingAdmissionPolicyBindings(ctx, LeaseGuardLabel)
+	}
+	for _, ns := range namespaces {
+		if err != nil {
+			out[ns] = LeaseGuardFact{Err: fmt.Errorf("listing lease guards: %w", err)}
+			continue
+		}
+		out[ns] = LeaseGuardOf(ns, policies.Items, bindings.Items)
 	}
 	return out
 }

@@ -77,7 +77,7 @@ func bindLeases(t *testing.T, rt *redTeam, name, sa string) {
 // TestRedTeamDisarmByRBAC attacks the armed reference writer (the chart's ServiceAccount, Role and
 // RoleBinding) and writers armed through a ConfigMap or bound by a ClusterRoleBinding.
 func TestRedTeamDisarmByRBAC(t *testing.T) {
-	rt := newRedTeam(t)
+	rt := newRedTeamAdmitting(t, "idle-writer", "shadow-writer", "cm-writer", "crb-writer")
 	ctx := context.Background()
 	cs, rbac := rt.cs, rt.cs.RbacV1()
 	sts := cs.AppsV1().StatefulSets(rt.ns)
@@ -273,7 +273,7 @@ func slicesDelete(env []corev1.EnvVar, name string) []corev1.EnvVar {
 // review that allowed) must not admit an armed writer once its binding or ServiceAccount is gone
 // (wt-rt2's TestRT2Stale: the 10 s cache admitted both).
 func TestRedTeamStaleCache(t *testing.T) {
-	rt := newRedTeam(t)
+	rt := newRedTeamAdmitting(t, "stale-writer")
 	ctx := context.Background()
 	sts := rt.cs.AppsV1().StatefulSets(rt.ns)
 	rt.liveLease(t, 0)

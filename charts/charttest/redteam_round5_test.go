@@ -19,7 +19,7 @@ import (
 // TestRedTeamRound5 replays, on the real API server with the controllers running, what the fifth
 // red team (issue 17) broke: objects in deletion. A finalizer holds each of them there.
 func TestRedTeamRound5(t *testing.T) {
-	rt := newRedTeam(t)
+	rt := newRedTeamAdmitting(t, "late-sa")
 	ctx := context.Background()
 	cs := rt.cs
 	rt.liveShard0(t)

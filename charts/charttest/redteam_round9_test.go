@@ -9,6 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 // TestRedTeamAdoptedCredentials replays on the real API server, with the StatefulSet controller
@@ -146,4 +148,26 @@ func TestRedTeamBindingLabels(t *testing.T) {
 	if err := bind(nil); err != nil {
 		t.Errorf("a plain binding, as the scheduler makes: %v", err)
 	}
+}
+
+// TestRedTeamSecondWriterAccount replays the ninth red team's first break on the real API server:
+// a second account bound to the lease verbs by hand passes the access check, but the chart's
+// lease guard refuses its every Lease write, so an armed writer running as it never mints. The
+// lease guard is read off the cluster as rendered; an account it admits is admitted.
+func TestRedTeamSecondWriterAccount(t *testing.T) {
+	rt := newRedTeamAdmitting(t, "admitted9")
+	rt.liveShard0(t)
+	bindLeases(t, rt, "second9", "second9")
+	bindLeases(t, rt, "admitted9", "admitted9")
+	sets := rt.cs.AppsV1().StatefulSets(rt.ns)
+	var err error
+	waitFor(t, 30*time.Second, "the bindings seen by the authorizer", func(ctx context.Context) (bool, error) {
+		_, err = sets.Create(ctx, rt.writer("writer9", wt.ServiceAccount("second9")), dryRunCreate)
+		return err != nil && strings.Contains(err.Error(), "lease guard"), nil
+	})
+	refused(t, "an armed writer as an account the lease guard does not admit", err, "lease guard", "second9", "could never write its Lease")
+	waitFor(t, 30*time.Second, "an armed writer as an account the lease guard admits", func(ctx context.Context) (bool, error) {
+		_, err = sets.Create(ctx, rt.writer("writer9", wt.ServiceAccount("admitted9")), dryRunCreate)
+		return err == nil, nil
+	})
 }

@@ -51,9 +51,29 @@ func newRedTeam(t *testing.T) *redTeam {
 // newRedTeamWith is newRedTeam with values over the test release's.
 func newRedTeamWith(t *testing.T, values map[string]any) *redTeam {
 	t.Helper()
+	return newRedTeamOf(t, func(string) map[string]any { return values })
+}
+
+// newRedTeamAdmitting is newRedTeam whose lease guard also admits the writers the test runs as
+// accounts of its own (as break-glass users): the webhook requires an armed writer's account to be
+// one its namespace's lease guard admits, as the lease guard refuses every other's Lease writes.
+func newRedTeamAdmitting(t *testing.T, accounts ...string) *redTeam {
+	t.Helper()
+	return newRedTeamOf(t, func(ns string) map[string]any {
+		var users []any
+		for _, a := range accounts {
+			users = append(users, "system:serviceaccount:"+ns+":"+a)
+		}
+		return map[string]any{"leaseGuard": map[string]any{"breakGlass": map[string]any{"users": users}}}
+	})
+}
+
+// newRedTeamOf installs the test release with the values valuesFor gives for its namespace.
+func newRedTeamOf(t *testing.T, valuesFor func(ns string) map[string]any) *redTeam {
+	t.Helper()
 	r := newRelease(t, nil)
 	labelNamespace(t, r.cs, r.ns, map[string]string{isolationLabel: r.name})
-	r.install(t, r.values(values))
+	r.install(t, r.values(valuesFor(r.ns)))
 	bin, err := webhookBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +189,7 @@ func admitted(t *testing.T, what string, err error) {
 // binary serving, crafted objects sent to the real API server. Every subtest is an attack that
 // got through (or a right answer that came out wrong) before.
 func TestRedTeam(t *testing.T) {
-	rt := newRedTeam(t)
+	rt := newRedTeamAdmitting(t, "lp-writer", "lp-other")
 	ctx := context.Background()
 	cs := rt.cs
 	sts := cs.AppsV1().StatefulSets(rt.ns)

@@ -204,6 +204,8 @@ func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		// RBAC changes under review: what may grant a writer its Leases (issue 17).
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: []string{"get", "list", "watch"}},
+		// The lease guards, whose admitted accounts an armed writer's must be among.
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, Verbs: []string{"list"}},
 	}
 	// What the guard reads, only where it guards (cluster-wide only with guardedNamespaces ["*"]).
 	reads := []rbacv1.PolicyRule{
@@ -677,10 +679,12 @@ func TestWebhookConfiguration(t *testing.T) {
 				t.Errorf("workload rules:\n got %+v\nwant %+v", workloads.Rules, wantWorkloadRules)
 			}
 			// UPDATE: a Pod's labels and annotations change, and a fieldRef to them is resolved
-			// at every container start.
+			// at every container start; a binding copies a Binding's onto the Pod.
 			wantPodRules := []admissionregistrationv1.RuleWithOperations{
 				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
 					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/status"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+				{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/binding"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 			}
 			if !reflect.DeepEqual(pods.Rules, wantPodRules) {
 				t.Errorf("pod rules:\n got %+v\nwant %+v", pods.Rules, wantPodRules)

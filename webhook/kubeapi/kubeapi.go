@@ -5,6 +5,7 @@ package kubeapi
 import (
 	"context"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +52,14 @@ func (c client) GetRole(ctx context.Context, namespace, name string) (*rbacv1.Ro
 
 func (c client) GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
 	return c.cs.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c client) ListValidatingAdmissionPolicies(ctx context.Context, selector string) (*admissionregistrationv1.ValidatingAdmissionPolicyList, error) {
+	return c.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{LabelSelector: selector})
+}
+
+func (c client) ListValidatingAdmissionPolicyBindings(ctx context.Context, selector string) (*admissionregistrationv1.ValidatingAdmissionPolicyBindingList, error) {
+	return c.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{LabelSelector: selector})
 }
 
 // CoreREST is nil for a clientset without a REST transport (the fake clientset).

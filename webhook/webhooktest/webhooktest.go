@@ -148,6 +148,8 @@ type Resolver struct {
 	// Unrecorded keeps Queries empty: a resolver that answers a fuzzer's millions of reviews must
 	// not hold every one of them.
 	Unrecorded bool
+	// LeaseGuards are the lease guards by namespace; a namespace not listed has none.
+	LeaseGuards map[string]webhook.LeaseGuardFact
 
 	mu      sync.Mutex
 	Queries []webhook.Query
@@ -228,6 +230,9 @@ func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
 		} else {
 			f.Access[c] = webhook.AccessFact{EvaluationError: r.EvaluationError}
 		}
+	}
+	for _, ns := range q.LeaseGuards {
+		f.LeaseGuards[ns] = r.LeaseGuards[ns]
 	}
 	for _, scope := range q.Bindings {
 		var fact webhook.BindingsFact

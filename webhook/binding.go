@@ -24,7 +24,7 @@ import (
 
 // isBinding reports whether req binds a Pod to a node.
 func isBinding(req Request) bool {
-	return req.SubResource == "binding" && req.Resource.Resource == "pods" && req.Resource.Group == "" &&
+	return req.SubResource == subresourceBinding && req.Resource.Resource == "pods" && req.Resource.Group == "" &&
 		req.Operation == admissionv1.Create
 }
 
@@ -57,7 +57,7 @@ func (h *Handler) handleBinding(ctx context.Context, req Request, log logr.Logge
 	}
 	now := boundBy(old, &b)
 	h.verifyOwner(now, false)
-	return h.judge(ctx, req, log, start, kind, Input{Operation: admissionv1.Update, Object: now, Old: old, Budget: NewBudget(h.WorkBudget)})
+	return h.judge(ctx, req, log, start, kind, Input{Operation: admissionv1.Update, Subresource: subresourceBinding, Object: now, Old: old, Budget: NewBudget(h.WorkBudget)})
 }
 
 // boundBy is Pod p as binding b leaves it: on b's node, with b's annotations and labels over its

@@ -2,9 +2,9 @@ package webhook
 
 import (
 	"fmt"
-
 	"strings"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noetl/ehdb-election/internal/electionenv"
@@ -241,8 +241,13 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		return d
 	}
 	d.Reason = d.Unmet[0].Reason
-	if w.Kind == gvkPod.Kind && in.Subresource == "" && in.RBACChange == nil && d.onlyUnverified() {
-		// Pods fail open when the guard itself cannot look (SPEC): admit, and say what went unchecked.
+	if w.Kind == gvkPod.Kind && in.RBACChange == nil && in.ConfigMapChange == nil && d.onlyUnverified() &&
+		(in.Operation == admissionv1.Create && in.Subresource == "" || in.Subresource == subresourceBinding) {
+		// Pods fail open when the guard itself cannot look (SPEC), so that a guard outage never
+		// keeps a controller from recreating, or the scheduler from placing, a crashed writer's
+		// Pod: admit, and say what went unchecked. An edit of a running Pod's labels or
+		// annotations creates nothing, and may disarm it: it fails closed (the ninth red team
+		// disarmed a Pod by relabelling it while the webhook stalled).
 		for _, u := range d.Unmet {
 			d.warn(truncate("ehdb-election guard could not verify this Pod and admits it (Pods fail open): "+u.Problem, 240))
 		}

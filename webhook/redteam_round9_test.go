@@ -230,3 +230,28 @@ func TestLeaseGuardOf(t *testing.T) {
 		})
 	}
 }
+
+// TestAPodEditFailsClosed (issue 17, class 6): Pods fail open so that a guard outage never keeps a
+// crashed writer's Pod from being recreated or placed; an edit of a running Pod's labels or
+// annotations creates nothing and may disarm it, so when the guard cannot look it is refused
+// (the ninth red team relabelled an armed Pod while the webhook stalled).
+func TestAPodEditFailsClosed(t *testing.T) {
+	fromLabel := envVar(corev1.EnvVar{Name: "NOETL_EHDB_ELECTION", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['e']"}}})
+	armedPod := func(team string) *corev1.Pod {
+		p := saAdmitted(barePod(sts(append(compliant(), fromLabel)...), wt.WriterName+"-0"))
+		p.Labels = map[string]string{"e": "true", "team": team}
+		return p
+	}
+	down := func(r *wt.Resolver) { r.AccessErr = errors.New("the authorizer is down") }
+	rows := []row{
+		{name: "a relabel while the guard cannot look", cluster: down, input: func(t testing.TB) webhook.Input {
+			return webhook.Input{Operation: admissionv1.Update, Object: workload(t, gvkPod, armedPod("b")), Old: workload(t, gvkPod, armedPod("a"))}
+		}, unmet: []webhook.Reason{webhook.ReasonCouldNotVerify}, lookups: -1},
+		{name: "the Pod's creation while the guard cannot look", cluster: down, input: func(t testing.TB) webhook.Input {
+			return webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkPod, armedPod("a"))}
+		}, allowed: true, reason: webhook.ReasonUnverifiedPod, warn: []string{"Pods fail open"}, lookups: -1},
+	}
+	for _, rw := range rows {
+		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+}

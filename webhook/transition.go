@@ -40,6 +40,9 @@ func orderCheckApplies(in Input, p Policy) bool {
 // subresourceEphemeral is the Pod subresource that adds ephemeral containers.
 const subresourceEphemeral = "ephemeralcontainers"
 
+// subresourceBinding is the binding of a Pod to its node (binding.go).
+const subresourceBinding = "binding"
+
 // oldArmed reports whether the object was armed before this UPDATE. A missing old object counts
 // as unarmed, so the order check runs; so does an old object armed only because its fencing value
 // could not be known: nobody can say it was enforcing.
@@ -159,7 +162,7 @@ func (o orderScope) added(ns string, shards []uint32) []uint32 {
 // the Pod and its owner will run with (after a ConfigMap change under review).
 func beyondOwner(in Input, cms ConfigMapSource, budget *Budget, p Policy) string {
 	w := in.Object
-	if !p.RequireLiveLease || w == nil || w.Kind != gvkPod.Kind || !w.Exempt || w.ExemptBy == nil || (in.Subresource != "" && in.Subresource != "status") {
+	if !p.RequireLiveLease || w == nil || w.Kind != gvkPod.Kind || !w.Exempt || w.ExemptBy == nil || (in.Subresource != "" && in.Subresource != "status" && in.Subresource != subresourceBinding) {
 		return ""
 	}
 	owner := w.ExemptBy

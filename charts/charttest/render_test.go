@@ -612,14 +612,14 @@ func TestWebhookConfiguration(t *testing.T) {
 			if got := vwc.Annotations["cert-manager.io/inject-ca-from"]; got != tc.injectCAFrom {
 				t.Errorf("inject-ca-from = %q, want %q", got, tc.injectCAFrom)
 			}
-			if len(vwc.Webhooks) != 8 {
-				t.Fatalf("%d webhook entries, want 8", len(vwc.Webhooks))
+			if len(vwc.Webhooks) != 9 {
+				t.Fatalf("%d webhook entries, want 9", len(vwc.Webhooks))
 			}
 			byName := map[string]admissionregistrationv1.ValidatingWebhook{}
 			for _, h := range vwc.Webhooks {
 				byName[strings.TrimSuffix(h.Name, ".ehdb-election.noetl.io")] = h
 			}
-			workloads, pods, configMaps := byName["workloads"], byName["pods"], byName["configmaps"]
+			workloads, pods, podMetadata, configMaps := byName["workloads"], byName["pods"], byName["podmetadata"], byName["configmaps"]
 			// A Service named kubernetes, only: the kubelet gives its address as the API server's.
 			if svc := byName["services"]; len(svc.Rules) != 1 || !slices.Equal(svc.Rules[0].Resources, []string{"services"}) || *svc.FailurePolicy != tc.workloads ||
 				len(svc.MatchConditions) != 1 || svc.MatchConditions[0].Expression != "object.metadata.name == 'kubernetes'" || !reflect.DeepEqual(svc.NamespaceSelector, workloads.NamespaceSelector) {
@@ -681,18 +681,24 @@ func TestWebhookConfiguration(t *testing.T) {
 			// UPDATE: a Pod's labels and annotations change, and a fieldRef to them is resolved
 			// at every container start; a binding copies a Binding's onto the Pod.
 			wantPodRules := []admissionregistrationv1.RuleWithOperations{
-				{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}, Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/status"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 				{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/binding"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/binding"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 			}
 			if !reflect.DeepEqual(pods.Rules, wantPodRules) {
 				t.Errorf("pod rules:\n got %+v\nwant %+v", pods.Rules, wantPodRules)
 			}
+			// The edits of a running Pod's labels and annotations fail closed: they create nothing.
+			wantMetadataRules := []admissionregistrationv1.RuleWithOperations{
+				{Operations: []admissionregistrationv1.OperationType{"UPDATE"}, Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/status"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+			}
+			if !reflect.DeepEqual(podMetadata.Rules, wantMetadataRules) {
+				t.Errorf("pod metadata rules:\n got %+v\nwant %+v", podMetadata.Rules, wantMetadataRules)
+			}
 			for _, w := range []struct {
 				hook admissionregistrationv1.ValidatingWebhook
 				fp   admissionregistrationv1.FailurePolicyType
-			}{{workloads, tc.workloads}, {pods, tc.pods}} {
+			}{{workloads, tc.workloads}, {pods, tc.pods}, {podMetadata, tc.workloads}} {
 				h := w.hook
 				if *h.FailurePolicy != w.fp {
 					t.Errorf("%s failurePolicy = %s, want %s", h.Name, *h.FailurePolicy, w.fp)

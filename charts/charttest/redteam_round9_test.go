@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
@@ -169,5 +170,26 @@ func TestRedTeamSecondWriterAccount(t *testing.T) {
 	waitFor(t, 30*time.Second, "an armed writer as an account the lease guard admits", func(ctx context.Context) (bool, error) {
 		_, err = sets.Create(ctx, rt.writer("writer9", wt.ServiceAccount("admitted9")), dryRunCreate)
 		return err == nil, nil
+	})
+}
+
+// TestRedTeamNamespaceDeletion replays the ninth red team's namespace deletion on the real API
+// server: deleting a namespace with an armed writer in it. The namespace controller deletes
+// everything there, the writers with it; the guard refused it the writer's RBAC and its own, so
+// the namespace stayed Terminating (with the webhook's own Pods deleted too, failurePolicy Fail
+// would refuse the same deletes for ever).
+func TestRedTeamNamespaceDeletion(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	rt.liveShard0(t)
+	if _, err := rt.cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("ns9"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the armed writer: %v", err)
+	}
+	if err := rt.cs.CoreV1().Namespaces().Delete(ctx, rt.ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, "the namespace deleted", func(ctx context.Context) (bool, error) {
+		_, err := rt.cs.CoreV1().Namespaces().Get(ctx, rt.ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
 	})
 }

@@ -645,7 +645,7 @@ func TestWebhookConfiguration(t *testing.T) {
 			// scope and failure policy; the cluster-scoped RBAC with its own (fail open by default).
 			rbacEntry, clusterEntry := byName["rbac"], byName["clusterrbac"]
 			if len(rbacEntry.Rules) != 2 || !slices.Equal(rbacEntry.Rules[0].Resources, []string{"roles", "rolebindings"}) || !slices.Equal(rbacEntry.Rules[1].Resources, []string{"serviceaccounts"}) ||
-				*rbacEntry.FailurePolicy != tc.workloads || len(rbacEntry.MatchConditions) != 1 || !reflect.DeepEqual(rbacEntry.NamespaceSelector, workloads.NamespaceSelector) {
+				*rbacEntry.FailurePolicy != tc.workloads || len(rbacEntry.MatchConditions) != 2 || rbacEntry.MatchConditions[1].Name != "not-the-namespace-controller" || !reflect.DeepEqual(rbacEntry.NamespaceSelector, workloads.NamespaceSelector) {
 				t.Errorf("rbac entry: %+v", rbacEntry)
 			}
 			if len(clusterEntry.Rules) != 1 || !slices.Equal(clusterEntry.Rules[0].Resources, []string{"clusterroles", "clusterrolebindings"}) ||
@@ -664,7 +664,7 @@ func TestWebhookConfiguration(t *testing.T) {
 					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 			}
 			if configMaps.Name != "configmaps.ehdb-election.noetl.io" || !reflect.DeepEqual(configMaps.Rules, wantCMRules) || *configMaps.FailurePolicy != tc.workloads ||
-				len(configMaps.MatchConditions) != 0 || !reflect.DeepEqual(configMaps.NamespaceSelector, workloads.NamespaceSelector) {
+				len(configMaps.MatchConditions) != 1 || configMaps.MatchConditions[0].Name != "not-the-namespace-controller" || !reflect.DeepEqual(configMaps.NamespaceSelector, workloads.NamespaceSelector) {
 				t.Errorf("ConfigMap entry: %+v", configMaps)
 			}
 			wantWorkloadRules := []admissionregistrationv1.RuleWithOperations{

@@ -374,3 +374,12 @@ ServiceAccount subject without a namespace is one of the binding's namespace, wh
 (has({{ $o }}.subjects) && {{ $o }}.subjects.exists(s, (s.kind == 'ServiceAccount' && (!has(s.namespace) || s.namespace == '' || s.namespace in {{ $nsList }})) || (s.kind == 'User' && s.name.startsWith('system:serviceaccount:')) || (s.kind == 'Group' && (s.name == 'system:authenticated' || s.name == 'system:serviceaccounts' || s.name in {{ $groupList }}))))
 {{- end }}
 {{- end }}
+
+{{/*
+CEL, for matchConditions: false for a DELETE by the namespace controller (as kube-controller-manager
+runs it with --use-service-account-credentials, as kubeadm and the managed offerings do), which deletes
+only in a namespace being deleted.
+*/}}
+{{- define "ehdb-election.cel.notNamespaceController" -}}
+!(request.operation == 'DELETE' && request.userInfo.username == 'system:serviceaccount:kube-system:namespace-controller')
+{{- end }}

@@ -8,7 +8,9 @@
 //     election.ParseConfig, the writer's own parser (one definition of "enabled");
 //   - the pod must run as a dedicated ServiceAccount (not "default") that exists and may get,
 //     create and update coordination.k8s.io Leases, checked with SubjectAccessReviews for the
-//     ServiceAccount's real identity, so any correct binding passes and a missing one fails;
+//     ServiceAccount's real identity, so any correct binding passes and a missing one fails,
+//     and that the lease guard of the Lease's namespace admits (leaseguard.go: read off the live
+//     ValidatingAdmissionPolicy, which refuses every other account's Lease writes);
 //   - each armed container must hold that ServiceAccount's token and the cluster's CA where
 //     client-go's in-cluster configuration reads them, and dial the API server the kubelet names
 //     (credentials.go), or its election talks to no API server, or to another one;
@@ -155,6 +157,10 @@
 //     another authorizer (only the RBAC grant is judged), two removals of redundant grants judged at the same instant, RBAC outside the guarded
 //     namespaces, a ClusterRole(Binding) edit while the webhook is down (its entry fails open), and
 //     `helm uninstall` of the webhook's own release (its pre-delete hook removes the webhook first).
+//     The namespace controller's deletes never reach the webhook (the chart's matchConditions): it
+//     deletes only in a namespace being deleted, its writers with it. Edits of a running Pod's
+//     labels and annotations fail closed, unlike a Pod's creation and binding (decide.go): they
+//     create nothing, and may disarm it.
 //   - Liveness (9). With the Lease watch on, the order check judges a Lease live when the webhook's
 //     watch saw it renew (its renewTime change, or its creation while watched) within its
 //     leaseDurationSeconds on the webhook's own monotonic clock (JudgeRenewalsBy), so clock offsets

@@ -28,14 +28,33 @@ type LeaseGuardFact struct {
 	Name string
 	// Users and Groups are the principals it admits Lease writes from.
 	Users, Groups []string
-	Err           error
+	// Also are the other lease guards that bind the namespace: the API server requires every one
+	// to admit a write (the chart refuses to render a second, but one may be left behind).
+	Also []LeaseGuardFact
+	Err  error
 }
 
-// LeaseGuardOf is the lease guard of namespace among the labelled policies and bindings: the
+// LeaseGuardOf is the lease guard of namespace among the labelled policies and bindings: each
 // policy a binding with the Deny action binds to that namespace (by the chart's namespace
 // selector), with the principals its variables list. A binding whose policy is missing, or whose
 // variables are not as the chart renders them, is an error: what it admits cannot be told.
 func LeaseGuardOf(namespace string, policies []admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) LeaseGuardFact {
+	var out LeaseGuardFact
+	for _, g := range leaseGuardsOf(namespace, policies, bindings) {
+		switch {
+		case g.Err != nil:
+			return g
+		case out.Name == "":
+			out = g
+		default:
+			out.Also = append(out.Also, g)
+		}
+	}
+	return out
+}
+
+func leaseGuardsOf(namespace string, policies []admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) []LeaseGuardFact {
+	var out []LeaseGuardFact
 	for _, b := range bindings {
 		if !slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny) || b.Spec.MatchResources == nil ||
 			b.Spec.MatchResources.NamespaceSelector == nil || b.Spec.MatchResources.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != namespace {
@@ -43,7 +62,7 @@ func LeaseGuardOf(namespace string, policies []admissionregistrationv1.Validatin
 		}
 		i := slices.IndexFunc(policies, func(p admissionregistrationv1.ValidatingAdmissionPolicy) bool { return p.Name == b.Spec.PolicyName })
 		if i < 0 {
-			return LeaseGuardFact{Name: b.Spec.PolicyName, Err: fmt.Errorf("lease guard binding %s names policy %s, which was not found", b.Name, b.Spec.PolicyName)}
+			return []LeaseGuardFact{{Name: b.Spec.PolicyName, Err: fmt.Errorf("lease guard binding %s names policy %s, which was not found", b.Name, b.Spec.PolicyName)}}
 		}
 		fact := LeaseGuardFact{Name: b.Spec.PolicyName}
 		for _, v := range policies[i].Spec.Variables {
@@ -63,15 +82,15 @@ func LeaseGuardOf(namespace string, policies []admissionregistrationv1.Validatin
 				err = json.Unmarshal([]byte(v.Expression), &fact.Groups)
 			}
 			if err != nil {
-				return LeaseGuardFact{Name: fact.Name, Err: fmt.Errorf("lease guard %s: variable %s is not as the chart renders it: %w", fact.Name, v.Name, err)}
+				return []LeaseGuardFact{{Name: fact.Name, Err: fmt.Errorf("lease guard %s: variable %s is not as the chart renders it: %w", fact.Name, v.Name, err)}}
 			}
 		}
 		if len(fact.Users) == 0 {
-			return LeaseGuardFact{Name: fact.Name, Err: fmt.Errorf("lease guard %s names no writer", fact.Name)}
+			return []LeaseGuardFact{{Name: fact.Name, Err: fmt.Errorf("lease guard %s names no writer", fact.Name)}}
 		}
-		return fact
+		out = append(out, fact)
 	}
-	return LeaseGuardFact{}
+	return out
 }
 
 // celString decodes a CEL string literal in single quotes, as the chart renders the writer.
@@ -105,7 +124,15 @@ func (d *Decision) checkLeaseGuard(f *Facts, sa types.NamespacedName, ns string)
 	case g.Err != nil:
 		d.unmet(ReasonCouldNotVerify, fmt.Sprintf("could not tell whether the lease guard of %s admits ServiceAccount %s: %v.", ns, sa, g.Err),
 			"retry; if it persists, check that the webhook may list validatingadmissionpolicies and their bindings.")
-	case g.Name != "" && !g.admits(sa):
+	case g.Name != "":
+		for _, o := range g.Also {
+			if !o.admits(sa) {
+				g = o
+			}
+		}
+		if g.admits(sa) {
+			return
+		}
 		d.unmet(ReasonLeaseGuard,
 			fmt.Sprintf("the lease guard %s lets only %s write ehdb-shard-* Leases in %s, not ServiceAccount %s: its election could never write its Lease.", g.Name, listed(g.Users), ns, sa),
 			fmt.Sprintf("run the writer as %s, or bind %s with the chart (a writer RoleBinding labelled app.kubernetes.io/component=writer-election) and run helm upgrade --reuse-values so the lease guard admits it, before arming.", listed(g.Users), sa))

@@ -174,6 +174,9 @@ func TestTheLeaseGuardMustAdmitTheWriter(t *testing.T) {
 		{name: "the chart's writer", cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer}}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
 		{name: "a second account the lease guard names", sts: []func(*appsv1.StatefulSet){second},
 			cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer, "system:serviceaccount:" + ns + ":second"}}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "a second lease guard that does not name it", sts: []func(*appsv1.StatefulSet){second},
+			cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer, "system:serviceaccount:" + ns + ":second"}, Also: []webhook.LeaseGuardFact{{Name: "left-behind", Users: []string{writer}}}}),
+			unmet:   []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"lease guard left-behind"}, lookups: -1},
 		{name: "a break-glass group of every account of the namespace", sts: []func(*appsv1.StatefulSet){second},
 			cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer}, Groups: []string{"system:serviceaccounts:" + ns}}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
 		{name: "no lease guard in the namespace", sts: []func(*appsv1.StatefulSet){second}, cluster: guard(webhook.LeaseGuardFact{}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
@@ -213,6 +216,15 @@ func TestLeaseGuardOf(t *testing.T) {
 			[]string{"system:serviceaccount:noetl:w", "system:serviceaccount:noetl:x", "alice"}, false, false},
 		{"bound to another namespace", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding("other", deny)}, nil, true, false},
 		{"warning only", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, admissionregistrationv1.Warn)}, nil, true, false},
+		{"two guards, the second not as rendered", []admissionregistrationv1.ValidatingAdmissionPolicy{good, func() admissionregistrationv1.ValidatingAdmissionPolicy {
+			p := policy(`x`, `[]`)
+			p.Name = "h"
+			return p
+		}()}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, deny), func() admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+			b := binding(ns, deny)
+			b.Name, b.Spec.PolicyName = "h", "h"
+			return b
+		}()}, nil, false, true},
 		{"its policy gone", nil, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, deny)}, nil, false, true},
 		{"a writer expression not as rendered", []admissionregistrationv1.ValidatingAdmissionPolicy{policy(`request.userInfo.username`, `[]`)}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, deny)}, nil, false, true},
 		{"a bound list not as rendered", []admissionregistrationv1.ValidatingAdmissionPolicy{policy(`'system:serviceaccount:noetl:w'`, `variables.x`)}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, deny)}, nil, false, true},

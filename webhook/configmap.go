@@ -39,14 +39,18 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 		}
 	}
 	if req.Operation != admissionv1.Create {
-		if oldCM, err := decodeConfigMap(req.OldObject.Raw); err == nil {
-			change.Old = ConfigMapFact{Data: oldCM.Data}
-			if change.Name == "" {
-				change.Name = oldCM.Name
-			}
-		} else {
-			// Judged as if it had not existed: every reader it arms is then a transition.
-			log.Info("old ConfigMap unreadable; judging the change as if it had not existed", "error", err.Error())
+		// The API server always sends the old ConfigMap of an update or delete. One that cannot be
+		// read is malformed: judged as if it had not existed, a delete would change nothing and a
+		// change that turns an armed reader's election off would look like arming (the fuzzer's
+		// DELETE with an old object of kind "Configap" was admitted).
+		oldCM, err := decodeConfigMap(req.OldObject.Raw)
+		if err != nil {
+			h.observe(req, kind, false, ReasonMalformed, time.Since(start))
+			return errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed old ConfigMap: %w", err))
+		}
+		change.Old = ConfigMapFact{Data: oldCM.Data}
+		if change.Name == "" {
+			change.Name = oldCM.Name
 		}
 	}
 	readers, err := h.Readers.ReadersOf(req.Namespace, change.Name)

@@ -31,7 +31,12 @@ type LeaseGuardFact struct {
 	// Also are the other lease guards that bind the namespace: the API server requires every one
 	// to admit a write (the chart refuses to render a second, but one may be left behind).
 	Also []LeaseGuardFact
-	Err  error
+	// Unread says why the webhook may not read the lease guards at all: its role predates the
+	// check (an older chart's, after a rollback). The account is then not checked against them,
+	// with a warning: refusing every armed writer would break the rollback, and what goes
+	// unchecked is what the writer's readiness catches (it never mints).
+	Unread string
+	Err    error
 }
 
 // LeaseGuardOf is the lease guard of namespace among the labelled policies and bindings: each
@@ -121,6 +126,8 @@ func (d *Decision) checkLeaseGuard(f *Facts, sa types.NamespacedName, ns string)
 	switch {
 	case !ok:
 		d.unmet(ReasonCouldNotVerify, fmt.Sprintf("could not tell whether a lease guard in %s admits ServiceAccount %s (%s).", ns, sa, errNotLookedUp), "retry.")
+	case g.Unread != "":
+		d.warn(truncate(fmt.Sprintf("ServiceAccount %s was not checked against the lease guard of %s: %s.", sa, ns, g.Unread), 240))
 	case g.Err != nil:
 		d.unmet(ReasonCouldNotVerify, fmt.Sprintf("could not tell whether the lease guard of %s admits ServiceAccount %s: %v.", ns, sa, g.Err),
 			"retry; if it persists, check that the webhook may list validatingadmissionpolicies and their bindings.")

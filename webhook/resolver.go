@@ -299,7 +299,11 @@ func (r *APIResolver) leaseGuards(ctx context.Context, namespaces []string) map[
 		bindings, err = r.client.ListValidatingAdmissionPolicyBindings(ctx, LeaseGuardLabel)
 	}
 	for _, ns := range namespaces {
-		if err != nil {
+		switch {
+		case apierrors.IsForbidden(err):
+			out[ns] = LeaseGuardFact{Unread: "this webhook may not list validatingadmissionpolicies (its role is an older chart's?)"}
+			continue
+		case err != nil:
 			out[ns] = LeaseGuardFact{Err: fmt.Errorf("listing lease guards: %w", err)}
 			continue
 		}

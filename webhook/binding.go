@@ -22,10 +22,12 @@ import (
 // a Binding's label). It is judged like that edit: the Pod as the watch holds it, against the Pod
 // as the binding leaves it.
 
-// isBinding reports whether req binds a Pod to a node.
+// isBinding reports whether req binds a Pod to a node: through the Pod's binding subresource (the
+// scheduler's path), or the older namespaced bindings resource (POST .../bindings, what `kubectl
+// create` of a Binding sends), which binds the same way (the tenth red team's path around it).
 func isBinding(req Request) bool {
-	return req.SubResource == subresourceBinding && req.Resource.Resource == "pods" && req.Resource.Group == "" &&
-		req.Operation == admissionv1.Create
+	return req.Resource.Group == "" && req.Operation == admissionv1.Create &&
+		(req.SubResource == subresourceBinding && req.Resource.Resource == "pods" || req.SubResource == "" && req.Resource.Resource == "bindings")
 }
 
 func (h *Handler) handleBinding(ctx context.Context, req Request, log logr.Logger, start time.Time) Response {
@@ -48,7 +50,11 @@ func (h *Handler) handleBinding(ctx context.Context, req Request, log logr.Logge
 	if h.Workloads == nil {
 		return unverified("this webhook does not watch Pods")
 	}
-	old, found, known := h.Workloads.Workload("pods", req.Namespace, req.Name)
+	name := req.Name
+	if name == "" {
+		name = b.Name // the bindings resource names the Pod in the Binding
+	}
+	old, found, known := h.Workloads.Workload("pods", req.Namespace, name)
 	switch {
 	case !known:
 		return unverified("its Pods are not watched here")

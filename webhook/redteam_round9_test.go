@@ -115,6 +115,17 @@ func TestABindingIsJudgedLikeTheEditItMakes(t *testing.T) {
 		p.Labels, p.Annotations = map[string]string{"e": "true"}, map[string]string{"shard": "0"}
 		return workload(t, gvkPod, p)
 	}
+	legacy := func(labels map[string]string) []byte {
+		b := &corev1.Binding{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Binding"}, ObjectMeta: metav1.ObjectMeta{Name: wt.WriterName + "-0", Namespace: ns, Labels: labels},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "node-a"}}
+		raw, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: &admissionv1.AdmissionRequest{
+			UID: "b2", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Binding"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "bindings"},
+			Operation: admissionv1.Create, Namespace: ns, Object: runtime.RawExtension{Object: b}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
 	binding := func(labels, annotations map[string]string) []byte {
 		b := &corev1.Binding{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Binding"}, ObjectMeta: metav1.ObjectMeta{Name: wt.WriterName + "-0", Namespace: ns, Labels: labels, Annotations: annotations},
 			Target: corev1.ObjectReference{Kind: "Node", Name: "node-a"}}
@@ -135,6 +146,7 @@ func TestABindingIsJudgedLikeTheEditItMakes(t *testing.T) {
 	}{
 		{"a Binding's label turning the election off", idleWatch{armed(fromLabel)}, binding(map[string]string{"e": "false"}, nil), false, "election is not enabled"},
 		{"a Binding's annotation moving the shard to one without a Lease", idleWatch{armed(fromAnnotation)}, binding(nil, map[string]string{"shard": "7"}), false, "ehdb-shard-00000007 (shard 7) does not exist"},
+		{"the same through the older bindings resource (the tenth red team)", idleWatch{armed(fromLabel)}, legacy(map[string]string{"e": "false"}), false, "election is not enabled"},
 		{"a plain Binding", idleWatch{armed(fromLabel)}, binding(nil, nil), true, ""},
 		{"the node's topology labels on a Pod that reads none", idleWatch{armed()}, binding(map[string]string{"topology.kubernetes.io/zone": "7"}, nil), true, ""},
 		{"a Binding's label the Pod reads, unchanged", idleWatch{armed(fromLabel)}, binding(map[string]string{"e": "true"}, nil), true, ""},

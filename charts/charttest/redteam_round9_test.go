@@ -146,6 +146,12 @@ func TestRedTeamBindingLabels(t *testing.T) {
 	if !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "election is not enabled") {
 		t.Errorf("a Binding whose label turns the election off: %v; want the guard to refuse it", err)
 	}
+	// The older bindings resource binds the same way (the tenth red team's path around it).
+	err = rt.cs.CoreV1().RESTClient().Post().Namespace(rt.ns).Resource("bindings").Param("dryRun", metav1.DryRunAll).
+		Body(&corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "bind9-0", Labels: map[string]string{"e": "false"}}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-9"}}).Do(ctx).Error()
+	if err == nil || !strings.Contains(err.Error(), "election is not enabled") {
+		t.Errorf("the same Binding through POST .../bindings: %v; want the guard to refuse it", err)
+	}
 	if err := bind(nil); err != nil {
 		t.Errorf("a plain binding, as the scheduler makes: %v", err)
 	}

@@ -682,7 +682,7 @@ func TestWebhookConfiguration(t *testing.T) {
 			// at every container start; a binding copies a Binding's onto the Pod.
 			wantPodRules := []admissionregistrationv1.RuleWithOperations{
 				{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/binding"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/binding", "bindings"}, Scope: ptrTo(admissionregistrationv1.NamespacedScope)}},
 			}
 			if !reflect.DeepEqual(pods.Rules, wantPodRules) {
 				t.Errorf("pod rules:\n got %+v\nwant %+v", pods.Rules, wantPodRules)

@@ -234,12 +234,26 @@ func fileAt(spec *corev1.PodSpec, mounts []corev1.VolumeMount, target string) mo
 		f.problem = fmt.Sprintf("the mount of volume %s at %s has a subPathExpr, expanded only at run time", quote(m.Name), mp)
 		return f
 	}
-	// The kubelet writes a volume's files as symlinks into ..data, itself a symlink to a
-	// ..<timestamp> directory (its atomic writer): a mount at such a name inside the volume's
-	// mount is what the files resolve to.
+	// A mount at /run/… lands at /var/run/… only in an image that links them (the project's own
+	// FROM-scratch image does not), and the runtime orders mounts by the path as written: such a
+	// mount can hide what client-go reads, never be known to provide it.
+	if written := path.Clean("/" + m.MountPath); written != mp {
+		f.problem = fmt.Sprintf("the mount of volume %s at %s is at %s only in an image where /var/run is a symlink to /run, which the guard cannot see", quote(m.Name), written, mp)
+		return f
+	}
 	for _, o := range mounts {
-		if rest, ok := strings.CutPrefix(runtimePath(o.MountPath), strings.TrimSuffix(mp, "/")+"/"); ok && strings.HasPrefix(rest, "..") {
-			f.problem = fmt.Sprintf("volume %s is mounted at %s, inside the mount at %s: the kubelet's files there are symlinks through ..data, so they resolve into it", quote(o.Name), runtimePath(o.MountPath), mp)
+		op := runtimePath(o.MountPath)
+		// The kubelet writes a volume's files as symlinks into ..data, itself a symlink to a
+		// ..<timestamp> directory (its atomic writer): a mount at such a name inside the volume's
+		// mount is what the files resolve to.
+		if rest, ok := strings.CutPrefix(op, strings.TrimSuffix(mp, "/")+"/"); ok && strings.HasPrefix(rest, "..") {
+			f.problem = fmt.Sprintf("volume %s is mounted at %s, inside the mount at %s: the kubelet's files there are symlinks through ..data, so they resolve into it", quote(o.Name), op, mp)
+			return f
+		}
+		// A volume it writes so, mounted above, holds the mount point inside a ..<timestamp>
+		// directory, which its next rewrite replaces: the token's mount is then gone from the path.
+		if op != mp && strings.HasPrefix(mp, strings.TrimSuffix(op, "/")+"/") && atomicWriter(spec, o.Name) {
+			f.problem = fmt.Sprintf("volume %s is mounted at %s, above the mount at %s: the kubelet rewrites its files through ..data, and a rewrite leaves the mount at %s behind", quote(o.Name), op, mp, mp)
 			return f
 		}
 	}
@@ -261,6 +275,20 @@ func fileAt(spec *corev1.PodSpec, mounts []corev1.VolumeMount, target string) mo
 	}
 	f.problem = fmt.Sprintf("the pod has no volume %s for the mount at %s", quote(m.Name), mp)
 	return f
+}
+
+// atomicWriter reports whether the pod's volume name is one the kubelet writes through ..data
+// (configMap, secret, downwardAPI, projected; the plugin's token volume is projected).
+func atomicWriter(spec *corev1.PodSpec, name string) bool {
+	if name == pluginVolume {
+		return true
+	}
+	for i := range spec.Volumes {
+		if v := &spec.Volumes[i]; v.Name == name {
+			return v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
+		}
+	}
+	return false
 }
 
 // runtimePath is a mount path as the container runtime resolves it: cleaned, and with /run for

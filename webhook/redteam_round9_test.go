@@ -54,12 +54,26 @@ func TestTheCredentialsAreReadAsTheProcessReadsThem(t *testing.T) {
 		{name: "an emptyDir over /run/secrets/kubernetes.io/serviceaccount, where /var/run leads", sts: []func(*appsv1.StatefulSet){volume(emptyDir("scratch"), at("/run/secrets/kubernetes.io/serviceaccount"))},
 			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"two mounts at " + saDir}, lookups: -1},
 		{name: "automount off and an emptyDir at /run/secrets/kubernetes.io/serviceaccount", sts: []func(*appsv1.StatefulSet){noAutomount, volume(emptyDir("scratch"), at("/run/secrets/kubernetes.io/serviceaccount"))},
-			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{`emptyDir volume \"scratch\"`}, lookups: -1},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"symlink"}, lookups: -1},
 		{name: "the token mounted by subPath, which the kubelet never refreshes", sts: []func(*appsv1.StatefulSet){noAutomount,
 			volume(projected("api", kubeAPIAccess("")), corev1.VolumeMount{MountPath: saDir + "/token", SubPath: "token"}, corev1.VolumeMount{MountPath: saDir + "/ca.crt", SubPath: "ca.crt"}, corev1.VolumeMount{MountPath: saDir + "/namespace", SubPath: "namespace"})},
 			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"subPath"}, lookups: -1},
 		{name: "a claim template named like the template's token volume", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", kubeAPIAccess("")), at(saDir)), claimed},
 			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"persistentVolumeClaim"}, lookups: -1},
+
+		// The tenth red team: /run is /var/run only in an image that links them (the project's own
+		// FROM-scratch image does not), and the runtime orders mounts by the path as written; a
+		// volume the kubelet rewrites through ..data, mounted above the token's, moves it.
+		{name: "the token projected only at /run/secrets/kubernetes.io/serviceaccount", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", kubeAPIAccess("")), at("/run/secrets/kubernetes.io/serviceaccount"))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"symlink"}, lookups: -1},
+		{name: "a projection at the /run alias, an emptyDir at /var/run/secrets/kubernetes.io of the same written depth", sts: []func(*appsv1.StatefulSet){noAutomount,
+			volume(projected("api", kubeAPIAccess("")), at("/run/secrets/kubernetes.io/serviceaccount")), volume(emptyDir("scratch"), at("/var/run/secrets/kubernetes.io"))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"symlink"}, lookups: -1},
+		{name: "a ConfigMap volume mounted at /var/run/secrets, above the token's mount", sts: []func(*appsv1.StatefulSet){volume(
+			corev1.Volume{Name: "above", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}}}}, at("/var/run/secrets"))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{`volume \"above\"`, "rewrites"}, lookups: -1},
+		{name: "a projected token volume mounted at /var/run/secrets", sts: []func(*appsv1.StatefulSet){volume(projected("above", kubeAPIAccess("rt-other")), at("/var/run/secrets"))},
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"rewrites"}, lookups: -1},
 
 		// --- right answers ------------------------------------------------------------------
 		{name: "the plugin's sources at mode 0444", sts: []func(*appsv1.StatefulSet){noAutomount, volume(projected("api", withModes(ptr.To[int32](0o444), nil, nil)), at(saDir))},

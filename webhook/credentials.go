@@ -100,6 +100,9 @@ func (d *Decision) checkToken(w *Workload, where, saName string, automount bool,
 		if p := caProblem(fileAt(spec, mounts, saDir+"/ca.crt")); p != "" {
 			problems = append(problems, p)
 		}
+		if p := latecomerProblem(w, v); p != "" {
+			problems = append(problems, p)
+		}
 		if len(problems) == 0 {
 			continue
 		}
@@ -115,6 +118,44 @@ func (d *Decision) checkToken(w *Workload, where, saName string, automount bool,
 			fmt.Sprintf("%s cannot authenticate to the API server as ServiceAccount %s%s: client-go reads %s, so the election can neither read nor renew its Lease.", v.label(), quote(saName), off, strings.Join(problems, "; and ")),
 			fix)
 	}
+}
+
+// latecomerProblem says why an ephemeral container cannot read the Pod's token ("" when it can):
+// when every init and regular container runs as one user and no fsGroup is set, the kubelet wrote
+// the token at mode 0600 for that user as the Pod started (pkg/volume/projected; FsUserFrom), and an
+// ephemeral container added later that runs as another (or as the image's unknown user) cannot
+// read it until a rewrite (the tenth red team).
+func latecomerProblem(w *Workload, v *containerView) string {
+	spec := w.Pod.Spec
+	if v.role != "ephemeral container" || w.Pod.Template || spec == nil || (spec.SecurityContext != nil && spec.SecurityContext.FSGroup != nil) {
+		return ""
+	}
+	runAs := func(sc *corev1.SecurityContext) *int64 {
+		if sc != nil && sc.RunAsUser != nil {
+			return sc.RunAsUser
+		}
+		if spec.SecurityContext != nil {
+			return spec.SecurityContext.RunAsUser
+		}
+		return nil
+	}
+	var owner *int64
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			u := runAs(cs[i].SecurityContext)
+			if u == nil || owner != nil && *owner != *u {
+				return ""
+			}
+			owner = u
+		}
+	}
+	if owner == nil {
+		return ""
+	}
+	if u := runAs(v.c.SecurityContext); u == nil || *u != *owner {
+		return fmt.Sprintf("%s/token: the kubelet wrote it at mode 0600 for user %d, whom every container of the Pod runs as, when the Pod started, and %s does not run as that user", saDir, *owner, v.label())
+	}
+	return ""
 }
 
 // automountOf is whether the ServiceAccount admission plugin will mount the token in the pods of

@@ -293,3 +293,33 @@ func TestAPodEditFailsClosed(t *testing.T) {
 		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
 	}
 }
+
+// TestALatecomerReadsTheTokenAsItWasWritten (the tenth red team): when every container of a Pod
+// runs as one user and no fsGroup is set, the kubelet writes the token 0600 for that user when the
+// Pod starts; an armed ephemeral container added later as another user cannot read it.
+func TestALatecomerReadsTheTokenAsItWasWritten(t *testing.T) {
+	withEphemeral := func(podUser, ephemeralUser *int64) func(testing.TB) webhook.Input {
+		return func(t testing.TB) webhook.Input {
+			old := pod(sts(wt.ServiceAccount(wt.WriterSA), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0")), wt.WriterName+"-0")
+			old.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: podUser}
+			now := old.DeepCopy()
+			ec := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox",
+				Env:          []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}, {Name: "NOETL_EHDB_ELECTION", Value: "true"}, {Name: "NOETL_EHDB_ELECTION_SHARD", Value: "0"}, {Name: "NOETL_EHDB_ELECTION_NAMESPACE", Value: ns}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "kube-api-access-x7k2p", MountPath: saDir, ReadOnly: true}}}}
+			if ephemeralUser != nil {
+				ec.SecurityContext = &corev1.SecurityContext{RunAsUser: ephemeralUser}
+			}
+			now.Spec.EphemeralContainers = []corev1.EphemeralContainer{ec}
+			return webhook.Input{Operation: admissionv1.Update, Subresource: "ephemeralcontainers", Object: workload(t, gvkPod, now), Old: workload(t, gvkPod, old)}
+		}
+	}
+	rows := []row{
+		{name: "an ephemeral container as another user than every container's", input: withEphemeral(ptr.To[int64](1000), ptr.To[int64](2000)),
+			unmet: []webhook.Reason{webhook.ReasonNoToken}, msg: []string{"mode 0600 for user 1000"}, lookups: -1},
+		{name: "an ephemeral container as the same user", input: withEphemeral(ptr.To[int64](1000), nil), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "no user set anywhere", input: withEphemeral(nil, nil), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+	}
+	for _, rw := range rows {
+		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })
+	}
+}

@@ -332,10 +332,11 @@ func atomicWriter(spec *corev1.PodSpec, name string) bool {
 	return false
 }
 
-// runtimePath is a mount path as the container runtime resolves it: cleaned, and with /run for
-// /var/run, which is a symlink to /run in the images writers run (Debian, Ubuntu, Alpine,
-// distroless): a mount at /run/secrets/kubernetes.io/serviceaccount lands where client-go reads.
-// Other symlinks an image may have are out of the guard's sight (README limits).
+// runtimePath is a mount path as it may land in the container: cleaned, and with /var/run for
+// /run, which many images link (Debian, Ubuntu, Alpine, distroless; not a FROM-scratch one), so
+// a mount at /run/secrets/kubernetes.io/serviceaccount may cover where client-go reads (fileAt
+// lets such a mount hide the token, never provide it). Other symlinks an image may have are out
+// of the guard's sight (README limits).
 func runtimePath(p string) string {
 	p = path.Clean("/" + p)
 	if p == "/run" || strings.HasPrefix(p, "/run/") {

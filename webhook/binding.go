@@ -63,7 +63,7 @@ func (h *Handler) handleBinding(ctx context.Context, req Request, log logr.Logge
 	}
 	now := boundBy(old, &b)
 	h.verifyOwner(now, false)
-	return h.judge(ctx, req, log, start, kind, Input{Operation: admissionv1.Update, Subresource: subresourceBinding, Object: now, Old: old, Budget: NewBudget(h.WorkBudget)})
+	return h.respond(ctx, req, log, start, kind, Input{Operation: admissionv1.Update, Subresource: subresourceBinding, Object: now, Old: old, Budget: NewBudget(h.WorkBudget)})
 }
 
 // boundBy is Pod p as binding b leaves it: on b's node, with b's annotations and labels over its

@@ -172,12 +172,12 @@ func (h *Handler) Handle(ctx context.Context, req Request) (resp Response) {
 			in.Old = old
 		}
 	}
-	return h.judge(ctx, req, log, start, kind, in)
+	return h.respond(ctx, req, log, start, kind, in)
 }
 
-// judge judges in, the object of req as Decode made it (or a Pod as a binding leaves it), and
+// respond judges in, the object of req as Decode made it (or a Pod as a binding leaves it), and
 // records and logs the decision.
-func (h *Handler) judge(ctx context.Context, req Request, log logr.Logger, start time.Time, kind string, in Input) Response {
+func (h *Handler) respond(ctx context.Context, req Request, log logr.Logger, start time.Time, kind string, in Input) Response {
 	h.noteRunning(in)
 
 	// The ConfigMaps the review reads: only the keys its containers can make matter, charged to

@@ -377,22 +377,14 @@ func (w *watches) Owner(namespace string, ref metav1.OwnerReference) (*webhook.W
 	if !ok || !src.Reader {
 		return nil, false, false
 	}
+	// Workload already reads one the watch has not seen with a GET.
 	wl, found, known := w.Workload(src.Resource, namespace, ref.Name)
-	if !known {
-		return nil, false, false
+	if !known || !found {
+		return nil, false, known
 	}
-	if !found || types.UID(wl.UID) != ref.UID || wl.NoPods != "" || wl.Paused {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		obj, err := restClientFor(w.cs, src.GVK.Group).Get().Namespace(namespace).Resource(src.Resource).Name(ref.Name).Do(ctx).Get()
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, false, true
-		case err != nil:
-			return nil, false, false
-		}
-		if wl, err = webhook.WorkloadOf(obj, namespace); err != nil {
-			return nil, false, false
+	if types.UID(wl.UID) != ref.UID || wl.NoPods != "" || wl.Paused {
+		if wl, found, known = w.get(src.Resource, namespace, ref.Name); !found {
+			return nil, false, known
 		}
 	}
 	if types.UID(wl.UID) != ref.UID {

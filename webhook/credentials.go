@@ -92,17 +92,7 @@ func (d *Decision) checkToken(w *Workload, where, saName string, automount bool,
 		return
 	}
 	for _, v := range armed {
-		mounts := mountsAsRun(w, v, automount)
-		var problems []string
-		if p := tokenProblem(fileAt(spec, mounts, saDir+"/token")); p != "" {
-			problems = append(problems, p)
-		}
-		if p := caProblem(fileAt(spec, mounts, saDir+"/ca.crt")); p != "" {
-			problems = append(problems, p)
-		}
-		if p := latecomerProblem(w, v); p != "" {
-			problems = append(problems, p)
-		}
+		problems := credentialProblems(w, v, automount)
 		if len(problems) == 0 {
 			continue
 		}
@@ -118,6 +108,24 @@ func (d *Decision) checkToken(w *Workload, where, saName string, automount bool,
 			fmt.Sprintf("%s cannot authenticate to the API server as ServiceAccount %s%s: client-go reads %s, so the election can neither read nor renew its Lease.", v.label(), quote(saName), off, strings.Join(problems, "; and ")),
 			fix)
 	}
+}
+
+// credentialProblems says why container v of w cannot authenticate as its ServiceAccount to the
+// API server the guard checks: what it finds at the token and CA paths, as it will run, and
+// whether it can read the token as the kubelet wrote it. None: it can.
+func credentialProblems(w *Workload, v *containerView, automount bool) []string {
+	mounts := mountsAsRun(w, v, automount)
+	var problems []string
+	if p := tokenProblem(fileAt(w.Pod.Spec, mounts, saDir+"/token")); p != "" {
+		problems = append(problems, p)
+	}
+	if p := caProblem(fileAt(w.Pod.Spec, mounts, saDir+"/ca.crt")); p != "" {
+		problems = append(problems, p)
+	}
+	if p := latecomerProblem(w, v); p != "" {
+		problems = append(problems, p)
+	}
+	return problems
 }
 
 // latecomerProblem says why an ephemeral container cannot read the Pod's token ("" when it can):

@@ -136,10 +136,7 @@ func madeByOwner(p, owner *Workload) bool {
 // Pod's mounts are taken as they are: the plugin and every mutating webhook have run).
 func holdsOwnCredentials(p *Workload, c *corev1.Container) bool {
 	v := &containerView{c: c, role: "container"}
-	mounts := mountsAsRun(p, v, true)
-	return tokenProblem(fileAt(p.Pod.Spec, mounts, saDir+"/token")) == "" &&
-		caProblem(fileAt(p.Pod.Spec, mounts, saDir+"/ca.crt")) == "" &&
-		namespaceFileProblem(p, v, true) == ""
+	return len(credentialProblems(p, v, true)) == 0 && namespaceFileProblem(p, v, true) == ""
 }
 
 // possibleName reports whether an object of a kind whose template the guard judges can have

@@ -24,6 +24,7 @@ type APIClient interface {
 	// ListRoleBindings lists one namespace's RoleBindings, or every namespace's for "".
 	ListRoleBindings(ctx context.Context, namespace string) (*rbacv1.RoleBindingList, error)
 	GetClusterRole(ctx context.Context, name string) (*rbacv1.ClusterRole, error)
+	ListClusterRoles(ctx context.Context) (*rbacv1.ClusterRoleList, error)
 	GetRole(ctx context.Context, namespace, name string) (*rbacv1.Role, error)
 	GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
 	// ListValidatingAdmissionPolicies and ListValidatingAdmissionPolicyBindings list those with

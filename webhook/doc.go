@@ -24,7 +24,8 @@
 // are still missing, so an unarmed object is decided without any API call; Handler is the thin
 // transport that decodes, loops Needs/Resolve, decides, answers and records. One file answers one
 // question: kinds.go which kinds make pods (one table), rbac.go what the RBAC authorizer grants,
-// rbacchange.go what an RBAC change takes away, runs.go what the kubelet and the
+// rbacchange.go what an RBAC change takes away, aggregation.go what the aggregation controller
+// makes of a ClusterRole change, runs.go what the kubelet and the
 // controllers make of a template, analysis.go which containers are armed, election.go what the
 // writer's parser concludes, transition.go which shards the order check covers, owners.go when an
 // owner exempts from it, credentials.go whether a container authenticates as its account to the
@@ -144,7 +145,10 @@
 //     judges each with the facts as the change leaves them (rbacchange.go): access is the
 //     authorizer's answer now minus what the RBAC authorizer granted only through the changed object
 //     (rbac.go follows plugin/pkg/auth/authorizer/rbac), a deleted ServiceAccount is missing, one
-//     set to automountServiceAccountToken: false mounts no token. So RBAC no armed writer needs is
+//     set to automountServiceAccountToken: false mounts no token. A ClusterRole change is also
+//     judged by what the aggregation controller will rewrite because of it (aggregation.go): the
+//     aggregated roles that select it, by labels, as they settle, so a piece cannot be deleted,
+//     relabelled or narrowed out from under a writer. So RBAC no armed writer needs is
 //     admitted (a redundant binding, a shadow writer, a role without lease verbs) whoever created it,
 //     and the refusal gives the removal order. An UPDATE that removes the last finalizer of an
 //     object in deletion deletes it (completesDeletion), so it is judged as that DELETE, for

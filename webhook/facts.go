@@ -31,6 +31,9 @@ type Facts struct {
 	Roles map[RoleKey]RoleFact
 	// LeaseGuards by namespace: the chart's lease guard there, if any (leaseguard.go).
 	LeaseGuards map[string]LeaseGuardFact
+	// ClusterRoles lists every ClusterRole, for a ClusterRole change (aggregation.go); nil when
+	// not looked up.
+	ClusterRoles *ClusterRolesFact
 }
 
 // ServiceAccountFact is what a lookup of one ServiceAccount returned.
@@ -87,6 +90,8 @@ type Query struct {
 	Roles    []RoleKey
 	// LeaseGuards lists namespaces whose lease guard to read (Facts.LeaseGuards).
 	LeaseGuards []string
+	// ClusterRoles asks for every ClusterRole (Facts.ClusterRoles).
+	ClusterRoles bool
 }
 
 // Empty reports whether nothing is needed.
@@ -96,7 +101,11 @@ func (q Query) Empty() bool {
 
 // Size is the number of lookups in q.
 func (q Query) Size() int {
-	return len(q.ConfigMaps) + len(q.ServiceAccounts) + len(q.Access) + len(q.Leases) + len(q.Bindings) + len(q.Roles) + len(q.LeaseGuards)
+	n := len(q.ConfigMaps) + len(q.ServiceAccounts) + len(q.Access) + len(q.Leases) + len(q.Bindings) + len(q.Roles) + len(q.LeaseGuards)
+	if q.ClusterRoles {
+		n++
+	}
+	return n
 }
 
 // Resolver gathers facts from the API server. It reports every failure inside the returned Facts
@@ -149,6 +158,9 @@ func (f *Facts) Merge(o *Facts) {
 	}
 	for k, v := range o.LeaseGuards {
 		f.LeaseGuards[k] = v
+	}
+	if o.ClusterRoles != nil {
+		f.ClusterRoles = o.ClusterRoles
 	}
 }
 
@@ -232,6 +244,12 @@ func (b *queryBuilder) role(k RoleKey) {
 	}
 	b.seen[k] = true
 	b.q.Roles = append(b.q.Roles, k)
+}
+
+func (b *queryBuilder) clusterRoles() {
+	if b.facts.ClusterRoles == nil {
+		b.q.ClusterRoles = true
+	}
 }
 
 type leaseGuardKey string

@@ -332,9 +332,10 @@ func rbacRequest(b *fuzzBytes) *admissionv1.AdmissionRequest {
 		old = &rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"}, ObjectMeta: metav1.ObjectMeta{Name: name}, RoleRef: o.RoleRef, Subjects: o.Subjects}
 		now = &rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"}, ObjectMeta: metav1.ObjectMeta{Name: name}, RoleRef: n.RoleRef, Subjects: n.Subjects}
 	case 3:
-		req.Kind, req.Namespace = crKind, ""
-		old = &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: fuzzRules(b)}
-		now = &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: fuzzRules(b)}
+		// A piece of the bound cluster's aggregated roles (fuzzAggregated), in or out of their
+		// selectors, or one of them, its selector kept or changed.
+		req.Kind, req.Namespace, req.Name = crKind, "", fzClusterRoles[b.pick(len(fzClusterRoles))]
+		old, now = fuzzClusterRole(b, req.Name), fuzzClusterRole(b, req.Name)
 	case 4:
 		req.Kind = saGVK
 		sa := func(automount *bool) *corev1.ServiceAccount {
@@ -350,6 +351,37 @@ func rbacRequest(b *fuzzBytes) *admissionv1.AdmissionRequest {
 		req.Object = runtime.RawExtension{Object: now}
 	}
 	return req
+}
+
+// fzAggLabel is the label the bound cluster's aggregated ClusterRoles select their pieces by.
+const fzAggLabel = "example.com/aggregate-to-fuzz"
+
+// fuzzClusterRole is a ClusterRole with rules of the lease alphabet, labelled into the aggregated
+// roles' selector or not, and itself aggregating by it or not.
+func fuzzClusterRole(b *fuzzBytes, name string) *rbacv1.ClusterRole {
+	cr := &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: fuzzRules(b)}
+	if b.pick(2) == 1 {
+		cr.Labels = map[string]string{fzAggLabel: []string{"true", "false"}[b.pick(2)]}
+	}
+	if b.pick(3) == 2 {
+		cr.AggregationRule = selecting([]string{fzAggLabel, "example.com/elsewhere"}[b.pick(2)])
+	}
+	return cr
+}
+
+// fzClusterRoles are the names a program's ClusterRole change edits: the bound cluster's
+// (fuzzAggregated), and one it does not have.
+var fzClusterRoles = []string{"fz-piece", "fz-aggregated", "fz-outer", "other"}
+
+// fuzzAggregated are the bound cluster's ClusterRoles: a piece, a role aggregating it and a role
+// aggregating both, so a ClusterRole change walks a chain. None is bound to anyone, so no
+// ClusterRole change may take the writer's access.
+func fuzzAggregated() []rbacv1.ClusterRole {
+	return []rbacv1.ClusterRole{
+		*clusterRole("fz-piece", map[string]string{fzAggLabel: "true"}, nil, leaseRule),
+		*clusterRole("fz-aggregated", map[string]string{fzAggLabel: "true"}, selecting(fzAggLabel), leaseRule),
+		*clusterRole("fz-outer", nil, selecting(fzAggLabel), leaseRule),
+	}
 }
 
 // fuzzBinding is a RoleBinding of a program's role to up to two of its subjects; the first

@@ -69,7 +69,7 @@ func fuzzReviewInput(t testing.TB, empty, bound http.Handler, data []byte) {
 		return
 	}
 	body := fuzzBody(data)
-	if fuzzServe(t, empty, body) && mayMentionEnforce(body) {
+	if allowed, _ := fuzzServe(t, empty, body); allowed && mayMentionEnforce(body) {
 		if literallyArmed(body) {
 			t.Fatalf("armed object allowed in an empty cluster: %s", body)
 		}
@@ -83,7 +83,11 @@ func fuzzReviewInput(t testing.TB, empty, bound http.Handler, data []byte) {
 		!bytes.Contains(body, []byte("Scale")) && !bytes.Contains(body, []byte("Binding")) {
 		return
 	}
-	if fuzzServe(t, bound, body) {
+	allowed, message := fuzzServe(t, bound, body)
+	if !allowed && strings.Contains(message, "refusing to disarm") && isClusterRoleReview(body) {
+		t.Fatalf("a ClusterRole change refused as disarming, though no ClusterRole of the bound cluster grants its writer anything: %s\n%s", body, message)
+	}
+	if allowed {
 		if bindingDisarmsThePod(body) {
 			t.Fatalf("a Binding whose label turns the bound Pod's election off allowed: %s", body)
 		}
@@ -159,7 +163,7 @@ var fuzzReviewSeeds = []struct {
 
 // fuzzServe posts body to h and reports whether it was allowed; a 5xx or a 200 without a review
 // fails the test.
-func fuzzServe(t testing.TB, h http.Handler, body []byte) bool {
+func fuzzServe(t testing.TB, h http.Handler, body []byte) (allowed bool, message string) {
 	rec := httptest.NewRecorder()
 	// The per-input budget: the API server's own ?timeout= (the handler works to 90% of it).
 	req := httptest.NewRequest(http.MethodPost, "/validate?timeout="+fuzzInputBudget.String(), bytes.NewReader(body))
@@ -169,7 +173,7 @@ func fuzzServe(t testing.TB, h http.Handler, body []byte) bool {
 		t.Fatalf("HTTP %d: %s", rec.Code, rec.Body.String())
 	}
 	if rec.Code != 200 {
-		return false
+		return false, ""
 	}
 	// Only what the test reads: decoding the whole AdmissionReview again would double the work.
 	var out struct {
@@ -187,7 +191,10 @@ func fuzzServe(t testing.TB, h http.Handler, body []byte) bool {
 	if out.Response.Result != nil && out.Response.Result.Code >= 500 {
 		t.Fatalf("internal error: %s", out.Response.Result.Message)
 	}
-	return out.Response.Allowed
+	if out.Response.Result != nil {
+		message = out.Response.Result.Message
+	}
+	return out.Response.Allowed, message
 }
 
 // fuzzHandler is the empty cluster's handler: nothing exists, one unarmed reader of ConfigMap
@@ -229,6 +236,7 @@ func fuzzBoundHandler(t testing.TB) http.Handler {
 	c.Grant(ns, wt.WriterSA, ns, "get", "list", "watch", "create", "update")
 	c.Roles = []rbacv1.Role{*mkRole(chartRole, leaseRule)}
 	c.RoleBindings = []rbacv1.RoleBinding{*roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA))}
+	c.ClusterRoles = fuzzAggregated()
 	users := fakeReaders(t, fuzzBoundWriter())
 	return webhook.NewHTTPHandler(&webhook.Handler{Resolver: c, Policy: webhook.Policy{RequireLiveLease: true, MaxShards: 4}, Clock: clocktesting.NewFakePassiveClock(now),
 		LookupTimeout: fuzzInputBudget, WorkBudget: fuzzWorkBudget, Log: logr.Discard(), Accounts: users, Readers: users, Workloads: newScaleTargets(t)})
@@ -545,6 +553,12 @@ func disarmsTheBoundWriter(body []byte) bool {
 		return ok && !still
 	}
 	return false
+}
+
+// isClusterRoleReview: the body is a review of a ClusterRole.
+func isClusterRoleReview(body []byte) bool {
+	r := decodeRequest(body)
+	return r != nil && r.Kind == crKind
 }
 
 // bindsTheWriter: raw is a RoleBinding of the chart's Role with a subject the RBAC authorizer

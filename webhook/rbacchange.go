@@ -44,8 +44,15 @@ type RBACChange struct {
 	OldBinding, NewBinding *Binding
 	// OldRules and NewRules are set for the role kinds.
 	OldRules, NewRules []rbacv1.PolicyRule
+	// OldLabels, NewLabels, OldAggregation and NewAggregation are a ClusterRole's labels and
+	// aggregationRule: what the aggregation controller rewrites other roles by (aggregation.go).
+	OldLabels, NewLabels           map[string]string
+	OldAggregation, NewAggregation *rbacv1.AggregationRule
 	// NewAutomount is the ServiceAccount's automountServiceAccountToken after an update.
 	NewAutomount *bool
+	// rewrites are the ClusterRoles the aggregation controller will rewrite because of the change
+	// (aggregate); nil until the ClusterRoles are read.
+	rewrites map[RoleKey]rewrite
 	// guardsSelf is set when the webhook keeps its own access (Handler.Self): a role that grants
 	// what it verifies writers with matters too.
 	guardsSelf bool
@@ -114,6 +121,8 @@ func DecodeRBACChange(gvk schema.GroupVersionKind, namespace, name string, newRa
 			return nil, err
 		}
 		c.OldRules, c.NewRules = o.Rules, n.Rules
+		c.OldLabels, c.NewLabels = o.Labels, n.Labels
+		c.OldAggregation, c.NewAggregation = o.AggregationRule, n.AggregationRule
 		c.fillName(o.Name)
 	case gvkRoleBinding:
 		var n, o rbacv1.RoleBinding
@@ -170,8 +179,20 @@ func orName(a, b string) string {
 	return b
 }
 
-// view is the RBAC state before (after=false) or after the change, over the facts.
-func (c *RBACChange) view(f *Facts, after bool) RBACView {
+// stage is a moment of the change: before it, right after it, and once the aggregation
+// controller has rewritten what the change makes it rewrite (aggregation.go). Access must survive
+// both later moments: the controller catches up within a second when it runs, and never when it
+// does not.
+type stage int
+
+const (
+	beforeChange stage = iota
+	afterChange
+	afterRewrites
+)
+
+// view is the RBAC state at one stage of the change, over the facts.
+func (c *RBACChange) view(f *Facts, at stage) RBACView {
 	scope := c.Namespace // a RoleBinding's; "" for a ClusterRoleBinding
 	return RBACView{
 		Bindings: func(s string) (BindingsFact, bool) {
@@ -181,7 +202,7 @@ func (c *RBACChange) view(f *Facts, after bool) RBACView {
 			}
 			items := slices.DeleteFunc(slices.Clone(bs.Items), func(b Binding) bool { return b.Name == c.Name })
 			b := c.OldBinding
-			if after {
+			if at != beforeChange {
 				b = c.NewBinding
 			}
 			if b != nil {
@@ -190,9 +211,15 @@ func (c *RBACChange) view(f *Facts, after bool) RBACView {
 			return BindingsFact{Items: items}, true
 		},
 		Role: func(k RoleKey) (RoleFact, bool) {
+			if rw, ok := c.rewrites[k]; ok && (at == afterRewrites || k.Name != c.Name) {
+				if at == afterRewrites {
+					return RoleFact{Rules: rw.after}, true
+				}
+				return RoleFact{Rules: rw.before}, true
+			}
 			if key, ok := c.role(); ok && key == k {
 				switch {
-				case !after:
+				case at == beforeChange:
 					return RoleFact{Rules: c.OldRules}, true
 				case c.Deleted:
 					return RoleFact{NotFound: true}, true
@@ -207,23 +234,29 @@ func (c *RBACChange) view(f *Facts, after bool) RBACView {
 }
 
 // lost reports whether the change takes away the access of check that the RBAC authorizer grants
-// now: granted before it, not after. An error means the guard could not tell.
+// now: granted before it, not after it or not once the aggregation controller has caught up. An
+// error means the guard could not tell.
 func (c *RBACChange) lost(f *Facts, check AccessCheck) (bool, error) {
 	if !c.touches(check) {
 		return false, nil
 	}
-	before, err := c.view(f, false).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
+	before, err := c.view(f, beforeChange).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
 	if err != nil && !before {
 		return false, err
 	}
 	if !before {
 		return false, nil // granted by something else (another authorizer), or not at all: untouched
 	}
-	after, err := c.view(f, true).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
-	if err != nil && !after {
-		return false, err
+	for _, at := range []stage{afterChange, afterRewrites} {
+		after, err := c.view(f, at).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
+		if err != nil && !after {
+			return false, err
+		}
+		if !after {
+			return true, nil
+		}
 	}
-	return !after, nil
+	return false, nil
 }
 
 // touches reports whether the change can grant or take check's access at all: a Role or
@@ -250,7 +283,7 @@ func (c *RBACChange) apply(f *Facts, w *Workload) *Facts {
 				case err != nil:
 					a = AccessFact{Err: fmt.Errorf("could not tell what %s leaves of it: %w", c, err)}
 				case lost:
-					a = AccessFact{Reason: c.String() + " removes it"}
+					a = AccessFact{Reason: c.describe() + " removes it"}
 				}
 			}
 			out.Access[check] = a
@@ -284,8 +317,8 @@ func (c *RBACChange) needs(f *Facts, b *queryBuilder) {
 		}
 		b.bindings("")
 		b.bindings(check.Namespace)
-		for _, after := range []bool{false, true} {
-			for _, k := range c.view(f, after).neededRoles(check.ServiceAccount, "", check.Namespace) {
+		for _, at := range []stage{beforeChange, afterChange, afterRewrites} {
+			for _, k := range c.view(f, at).neededRoles(check.ServiceAccount, "", check.Namespace) {
 				b.role(k)
 			}
 		}
@@ -346,6 +379,12 @@ func (c *RBACChange) removedSubjects() []rbacv1.Subject {
 	return out
 }
 
+// changes reports whether the change edits role k, itself or through the aggregation controller.
+func (c *RBACChange) changes(k RoleKey) bool {
+	_, rewritten := c.rewrites[k]
+	return rewritten || k == RoleKey{Namespace: c.Namespace, Name: c.Name}
+}
+
 // roleMayMatter reports whether the role the change edits may grant what a writer's election
 // needs (a lease verb) or what the guard itself verifies writers with (selfNeeds, rbacself.go).
 func (c *RBACChange) roleMayMatter() bool {
@@ -372,6 +411,7 @@ func (c *RBACChange) AffectedNeeds(f *Facts, clusterRoleScopes []string) Query {
 			for _, s := range clusterRoleScopes {
 				b.bindings(s)
 			}
+			b.clusterRoles()
 		}
 	}
 	return b.query()
@@ -419,6 +459,9 @@ func (c *RBACChange) Affected(f *Facts, clusterRoleScopes []string) ([]AccountSe
 		if !c.roleMayMatter() {
 			return nil, nil
 		}
+		if err := c.aggregate(f); err != nil {
+			return nil, fmt.Errorf("what the aggregation controller will make of it: %w", err)
+		}
 		scopes := []string{c.Namespace}
 		if c.Namespace == "" {
 			scopes = append([]string{""}, clusterRoleScopes...)
@@ -432,7 +475,7 @@ func (c *RBACChange) Affected(f *Facts, clusterRoleScopes []string) ([]AccountSe
 				return nil, bs.Err
 			}
 			for _, b := range bs.Items {
-				if k, ok := b.roleOf(); ok && k == (RoleKey{Namespace: c.Namespace, Name: c.Name}) {
+				if k, ok := b.roleOf(); ok && c.changes(k) {
 					for _, s := range b.Subjects {
 						add(s, b.Namespace)
 					}

@@ -45,7 +45,7 @@ func (d *Decision) unverified() bool {
 // and the removal order (the reverse of arming) that lets it through.
 func DisarmMessage(c *RBACChange, denials []Decision) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "refusing to disarm: %s would leave %d armed writer(s) (%s=enforce) without what their election needs, and every token drops within a lease: ", c, len(denials), EnvFencing)
+	fmt.Fprintf(&b, "refusing to disarm: %s would leave %d armed writer(s) (%s=enforce) without what their election needs, and every token drops within a lease: ", c.describe(), len(denials), EnvFencing)
 	for i, d := range denials {
 		if i == maxListed {
 			fmt.Fprintf(&b, "\n... and %d more", len(denials)-maxListed)

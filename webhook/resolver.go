@@ -212,6 +212,18 @@ func (r *APIResolver) Resolve(ctx context.Context, q Query) *Facts {
 			mu.Unlock()
 		})
 	}
+	if q.ClusterRoles {
+		run(func() {
+			fact := r.clusterRoles(ctx)
+			mu.Lock()
+			out.ClusterRoles = &fact
+			mu.Unlock()
+		}, func(err error) {
+			mu.Lock()
+			out.ClusterRoles = &ClusterRolesFact{Err: fmt.Errorf("listing ClusterRoles: %w", err)}
+			mu.Unlock()
+		})
+	}
 	for _, key := range q.Roles {
 		run(func() {
 			fact := r.role(ctx, key)
@@ -308,6 +320,20 @@ func (r *APIResolver) leaseGuards(ctx context.Context, namespaces []string) map[
 			continue
 		}
 		out[ns] = LeaseGuardOf(ns, policies.Items, bindings.Items)
+	}
+	return out
+}
+
+// clusterRoles lists every ClusterRole fresh from the API server, as the aggregation controller
+// reads them.
+func (r *APIResolver) clusterRoles(ctx context.Context) ClusterRolesFact {
+	l, err := r.client.ListClusterRoles(ctx)
+	if err != nil {
+		return ClusterRolesFact{Err: fmt.Errorf("listing ClusterRoles: %w", err)}
+	}
+	out := ClusterRolesFact{Items: make([]ClusterRoleInfo, 0, len(l.Items))}
+	for i := range l.Items {
+		out.Items = append(out.Items, ClusterRoleInfoOf(&l.Items[i]))
 	}
 	return out
 }

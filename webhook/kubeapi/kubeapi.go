@@ -46,6 +46,10 @@ func (c client) GetClusterRole(ctx context.Context, name string) (*rbacv1.Cluste
 	return c.cs.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
 }
 
+func (c client) ListClusterRoles(ctx context.Context) (*rbacv1.ClusterRoleList, error) {
+	return c.cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+}
+
 func (c client) GetRole(ctx context.Context, namespace, name string) (*rbacv1.Role, error) {
 	return c.cs.RbacV1().Roles(namespace).Get(ctx, name, metav1.GetOptions{})
 }

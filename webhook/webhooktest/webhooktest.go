@@ -274,6 +274,15 @@ func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
 		}
 		f.Roles[k] = fact
 	}
+	if q.ClusterRoles {
+		fact := webhook.ClusterRolesFact{Err: r.RBACErr}
+		if r.RBACErr == nil {
+			for i := range r.ClusterRoles {
+				fact.Items = append(fact.Items, webhook.ClusterRoleInfoOf(&r.ClusterRoles[i]))
+			}
+		}
+		f.ClusterRoles = &fact
+	}
 	for _, k := range q.Leases {
 		switch spec, ok := r.Leases[k]; {
 		case r.LeaseErr != nil:

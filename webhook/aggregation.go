@@ -1,0 +1,178 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// This file answers: which ClusterRoles will the aggregation controller rewrite because of a
+// ClusterRole change, and to what? A ClusterRole with an aggregationRule holds the union of the
+// rules of every other ClusterRole its selectors match (kube-controller-manager's
+// clusterrole-aggregation controller, pkg/controller/clusterroleaggregation), so deleting,
+// relabelling or narrowing a piece takes access from whoever is bound to the role aggregating it,
+// a moment later, in an update the controller retries until it lands. Judging only that update
+// let one attempt while the webhook was down take a writer's access (the tenth red team); the
+// change that causes it is judged instead, by what the rewrite will leave.
+
+// ClusterRoleInfo is a ClusterRole as the aggregation controller reads it.
+type ClusterRoleInfo struct {
+	Name        string
+	Labels      map[string]string
+	Aggregation *rbacv1.AggregationRule
+	Rules       []rbacv1.PolicyRule
+}
+
+// ClusterRolesFact is what a list of every ClusterRole returned.
+type ClusterRolesFact struct {
+	Items []ClusterRoleInfo
+	Err   error
+}
+
+// ClusterRoleInfoOf converts the API object.
+func ClusterRoleInfoOf(cr *rbacv1.ClusterRole) ClusterRoleInfo {
+	return ClusterRoleInfo{Name: cr.Name, Labels: cr.Labels, Aggregation: cr.AggregationRule, Rules: cr.Rules}
+}
+
+// rewrite is what the aggregation controller does to one ClusterRole: its rules before the change
+// and once the controller has caught up with it.
+type rewrite struct {
+	before, after []rbacv1.PolicyRule
+}
+
+// maxAggregationRounds bounds the rounds of rewrites followed: a chain of aggregated roles is
+// rewritten one link per round, and no cluster nests them deeper.
+const maxAggregationRounds = 16
+
+// aggregate fills c.rewrites from the ClusterRoles listed in f: every aggregated ClusterRole whose
+// rules the change will make the controller rewrite, and the changed role itself when the
+// controller will rewrite what the change sets. Both sides are the controller's fixed point (the
+// state it converges to) with the role as it was and as the change leaves it, so a rewrite still
+// pending from an earlier change (one the webhook refused) is not blamed on this one.
+func (c *RBACChange) aggregate(f *Facts) error {
+	if c.Kind != gvkClusterRole.Kind || c.rewrites != nil {
+		return nil
+	}
+	switch {
+	case f.ClusterRoles == nil:
+		return fmt.Errorf("the ClusterRoles: %w", errNotLookedUp)
+	case f.ClusterRoles.Err != nil:
+		return f.ClusterRoles.Err
+	}
+	before := map[string]ClusterRoleInfo{}
+	for _, r := range f.ClusterRoles.Items {
+		before[r.Name] = r
+	}
+	before[c.Name] = ClusterRoleInfo{Name: c.Name, Labels: c.OldLabels, Aggregation: c.OldAggregation, Rules: c.OldRules}
+	after := maps.Clone(before)
+	if c.Deleted {
+		delete(after, c.Name)
+	} else {
+		after[c.Name] = ClusterRoleInfo{Name: c.Name, Labels: c.NewLabels, Aggregation: c.NewAggregation, Rules: c.NewRules}
+	}
+	if err := converge(before); err != nil {
+		return err
+	}
+	if err := converge(after); err != nil {
+		return err
+	}
+	c.rewrites = map[RoleKey]rewrite{}
+	for name, b := range before {
+		a, ok := after[name]
+		switch {
+		case name == c.Name && !ok:
+			continue // deleted: the role's own loss is the change itself
+		case name == c.Name && equality.Semantic.DeepEqual(a.Rules, c.NewRules):
+			continue // what the change sets is what stays
+		case name == c.Name:
+			c.rewrites[RoleKey{Name: name}] = rewrite{before: c.OldRules, after: a.Rules}
+		case !equality.Semantic.DeepEqual(a.Rules, b.Rules):
+			c.rewrites[RoleKey{Name: name}] = rewrite{before: b.Rules, after: a.Rules}
+		}
+	}
+	return nil
+}
+
+// converge rewrites roles as the aggregation controller would until nothing changes: each
+// aggregated role gets the rules of the roles its selectors match, in selector order, then by
+// name, itself excluded, each rule once. A selector the controller cannot parse stops it from
+// rewriting that role at all, so its rules stay.
+func converge(roles map[string]ClusterRoleInfo) error {
+	names := make([]string, 0, len(roles))
+	for name, r := range roles {
+		if r.Aggregation != nil {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for range maxAggregationRounds {
+		changed := false
+		for _, name := range names {
+			r := roles[name]
+			rules, ok := aggregatedRules(r, roles)
+			if !ok || equality.Semantic.DeepEqual(rules, r.Rules) {
+				continue
+			}
+			r.Rules = rules
+			roles[name] = r
+			changed = true
+		}
+		if !changed {
+			return nil
+		}
+	}
+	return errors.New("the aggregated ClusterRoles do not settle: the aggregation controller would keep rewriting them")
+}
+
+// aggregatedRules is syncClusterRole's union for r; ok=false when a selector does not parse.
+func aggregatedRules(r ClusterRoleInfo, roles map[string]ClusterRoleInfo) ([]rbacv1.PolicyRule, bool) {
+	out := []rbacv1.PolicyRule{}
+	for i := range r.Aggregation.ClusterRoleSelectors {
+		sel, err := metav1.LabelSelectorAsSelector(&r.Aggregation.ClusterRoleSelectors[i])
+		if err != nil {
+			return nil, false
+		}
+		var matched []string
+		for name, o := range roles {
+			if name != r.Name && sel.Matches(labels.Set(o.Labels)) {
+				matched = append(matched, name)
+			}
+		}
+		sort.Strings(matched)
+		for _, name := range matched {
+			for _, rule := range roles[name].Rules {
+				if !slices.ContainsFunc(out, func(x rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(x, rule) }) {
+					out = append(out, rule)
+				}
+			}
+		}
+	}
+	return out, true
+}
+
+// describe is the change as a refusal names it: with the roles the aggregation controller will
+// rewrite because of it, which are what takes the access.
+func (c *RBACChange) describe() string {
+	var names []string
+	for k := range c.rewrites {
+		if k.Name != c.Name {
+			names = append(names, k.String())
+		}
+	}
+	sort.Strings(names)
+	switch {
+	case len(names) > 0:
+		return c.String() + " (through the aggregation controller's rewrite of " + strings.Join(names, ", ") + ")"
+	case len(c.rewrites) > 0:
+		return c.String() + " (once the aggregation controller rewrites its rules from its aggregationRule)"
+	}
+	return c.String()
+}

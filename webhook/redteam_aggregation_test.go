@@ -1,0 +1,122 @@
+package webhook_test
+
+import (
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
+)
+
+// The tenth red team (issue 17, class 6): a ClusterRole that reaches a writer only through another
+// ClusterRole's aggregationRule was deleted, relabelled or narrowed, and admitted; the aggregation
+// controller's follow-up rewrite of the aggregated role was refused, but it retries, and one
+// attempt while the webhook was down (its ClusterRole entry fails open) took the writer's access.
+// The change that causes the rewrite is judged now, by what the rewrite will leave.
+
+const aggLabel = "example.com/aggregate-to-leases"
+
+func clusterRole(name string, labels map[string]string, agg *rbacv1.AggregationRule, rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, AggregationRule: agg, Rules: rules}
+}
+
+func selecting(labels ...string) *rbacv1.AggregationRule {
+	agg := &rbacv1.AggregationRule{}
+	for _, l := range labels {
+		agg.ClusterRoleSelectors = append(agg.ClusterRoleSelectors, metav1.LabelSelector{MatchLabels: map[string]string{l: "true"}})
+	}
+	return agg
+}
+
+func TestAggregatedClusterRolesAreJudgedByWhatTheControllerWillWrite(t *testing.T) {
+	crbWriter := sts(append(compliant(), wt.ServiceAccount("crb-writer"))...)
+	crbWriter.Name = "crb"
+	on := map[string]string{aggLabel: "true"}
+	readOnly := rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}}
+	piece := clusterRole("lease-piece", on, nil, leaseRule)
+	// "leases", bound to crb-writer alone by rbacCluster's ClusterRoleBinding, aggregates the piece.
+	aggregated := clusterRole("leases", nil, selecting(aggLabel), leaseRule)
+	cluster := func(more ...rbacv1.ClusterRole) func(*wt.Resolver) {
+		return func(c *wt.Resolver) { c.ClusterRoles = append([]rbacv1.ClusterRole{*aggregated, *piece}, more...) }
+	}
+	relabelled := piece.DeepCopy()
+	relabelled.Labels = map[string]string{aggLabel: "false"}
+	narrowed := piece.DeepCopy()
+	narrowed.Rules = []rbacv1.PolicyRule{readOnly}
+	reselected := aggregated.DeepCopy()
+	reselected.AggregationRule = selecting("example.com/something-else")
+	rulesEdited := aggregated.DeepCopy()
+	rulesEdited.Rules = []rbacv1.PolicyRule{readOnly}
+	grown := piece.DeepCopy()
+	grown.Labels = map[string]string{aggLabel: "true", "team": "storage"}
+	// A chain: the piece reaches "mid", which "leases" aggregates.
+	mid := clusterRole("mid", on, selecting("example.com/aggregate-to-mid"), leaseRule)
+	midPiece := clusterRole("mid-piece", map[string]string{"example.com/aggregate-to-mid": "true"}, nil, leaseRule)
+	chain := func(c *wt.Resolver) {
+		c.ClusterRoles = []rbacv1.ClusterRole{*aggregated, *mid, *midPiece}
+	}
+
+	cases := []struct {
+		name     string
+		cluster  func(*wt.Resolver)
+		op       admissionv1.Operation
+		objName  string
+		obj, old runtime.Object
+		allowed  bool
+		msg      []string
+	}{
+		{"the piece deleted", cluster(), admissionv1.Delete, "lease-piece", nil, piece, false,
+			append(disarming, "StatefulSet noetl/crb", "aggregation", "ClusterRole leases")},
+		{"the piece loses its aggregation label", cluster(), admissionv1.Update, "lease-piece", relabelled, piece, false, append(disarming, "ClusterRole leases")},
+		{"the piece narrowed to read-only", cluster(), admissionv1.Update, "lease-piece", narrowed, piece, false, append(disarming, "may not create, update")},
+		{"the aggregated role selects something else", cluster(), admissionv1.Update, "leases", reselected, aggregated, false, append(disarming, "StatefulSet noetl/crb")},
+		{"the aggregated role's rules edited by hand", cluster(), admissionv1.Update, "leases", rulesEdited, aggregated, false, disarming},
+		{"the start of a chain deleted", chain, admissionv1.Delete, "mid-piece", nil, midPiece, false, append(disarming, "ClusterRole leases")},
+		{"the middle of a chain deleted", chain, admissionv1.Delete, "mid", nil, mid, false, append(disarming, "ClusterRole leases")},
+		{"the ClusterRoles cannot be listed", func(c *wt.Resolver) {
+			cluster()(c)
+			c.RBACErr = errors.New("etcd on fire")
+		}, admissionv1.Delete, "lease-piece", nil, piece, false, []string{"could not verify", "etcd on fire"}},
+
+		{"another piece grants the same", cluster(*clusterRole("second-piece", on, nil, leaseRule)), admissionv1.Delete, "lease-piece", nil, piece, true, nil},
+		{"a label added to the piece", cluster(), admissionv1.Update, "lease-piece", grown, piece, true, nil},
+		{"a piece nothing aggregates deleted", func(c *wt.Resolver) {
+			c.ClusterRoles = []rbacv1.ClusterRole{*clusterRole("leases", nil, nil, leaseRule), *piece}
+		}, admissionv1.Delete, "lease-piece", nil, piece, true, nil},
+		{"a cycle keeps what it has", func(c *wt.Resolver) {
+			// "leases" and "loop" aggregate each other; the aggregation controller never drops a
+			// rule that either already holds, so the piece's deletion takes nothing.
+			loop := clusterRole("loop", on, selecting("example.com/aggregate-to-loop"), leaseRule)
+			self := aggregated.DeepCopy()
+			self.Labels = map[string]string{"example.com/aggregate-to-loop": "true"}
+			c.ClusterRoles = []rbacv1.ClusterRole{*self, *loop, *piece}
+		}, admissionv1.Delete, "lease-piece", nil, piece, true, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := rbacCluster()
+			tc.cluster(c)
+			h := &webhook.Handler{Resolver: c, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, crbWriter), Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, crKind, tc.objName, tc.obj, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(out.Response.Result.Message, m) {
+					t.Errorf("the refusal does not say %q:\n%s", m, out.Response.Result.Message)
+				}
+			}
+		})
+	}
+}

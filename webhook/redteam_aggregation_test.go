@@ -56,6 +56,8 @@ func TestAggregatedClusterRolesAreJudgedByWhatTheControllerWillWrite(t *testing.
 	reselected.AggregationRule = selecting("example.com/something-else")
 	rulesEdited := aggregated.DeepCopy()
 	rulesEdited.Rules = []rbacv1.PolicyRule{readOnly}
+	retired := piece.DeepCopy()
+	retired.Labels = map[string]string{aggLabel: "true", "team": "retired"}
 	grown := piece.DeepCopy()
 	grown.Labels = map[string]string{aggLabel: "true", "team": "storage"}
 	// A chain: the piece reaches "mid", which "leases" aggregates.
@@ -82,6 +84,12 @@ func TestAggregatedClusterRolesAreJudgedByWhatTheControllerWillWrite(t *testing.
 		{"the aggregated role's rules edited by hand", cluster(), admissionv1.Update, "leases", rulesEdited, aggregated, false, disarming},
 		{"the start of a chain deleted", chain, admissionv1.Delete, "mid-piece", nil, midPiece, false, append(disarming, "ClusterRole leases")},
 		{"the middle of a chain deleted", chain, admissionv1.Delete, "mid", nil, mid, false, append(disarming, "ClusterRole leases")},
+		{"a label that leaves a matchExpressions selector", func(c *wt.Resolver) {
+			notIn := aggregated.DeepCopy()
+			notIn.AggregationRule = &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: on,
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"retired"}}}}}}
+			c.ClusterRoles = []rbacv1.ClusterRole{*notIn, *piece}
+		}, admissionv1.Update, "lease-piece", retired, piece, false, append(disarming, "ClusterRole leases")},
 		{"the ClusterRoles cannot be listed", func(c *wt.Resolver) {
 			cluster()(c)
 			c.RBACErr = errors.New("etcd on fire")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // maxReaders bounds the readers of one ConfigMap the guard judges in one review; above it the
@@ -27,8 +28,10 @@ const maxReaders = 32
 func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Logger, start time.Time) Response {
 	kind := gvkConfigMap.Kind
 	change := &ConfigMapChange{Name: req.Name, New: ConfigMapFact{NotFound: true}, Old: ConfigMapFact{NotFound: true}}
+	var oldCM, newCM *corev1.ConfigMap
 	if req.Operation != admissionv1.Delete {
-		newCM, err := decodeConfigMap(req.Object.Raw)
+		var err error
+		newCM, err = decodeConfigMap(req.Object.Raw)
 		if err != nil {
 			h.observe(req, kind, false, ReasonMalformed, time.Since(start))
 			return errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed ConfigMap: %w", err))
@@ -43,7 +46,8 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 		// read is malformed: judged as if it had not existed, a delete would change nothing and a
 		// change that turns an armed reader's election off would look like arming (the fuzzer's
 		// DELETE with an old object of kind "Configap" was admitted).
-		oldCM, err := decodeConfigMap(req.OldObject.Raw)
+		var err error
+		oldCM, err = decodeConfigMap(req.OldObject.Raw)
 		if err != nil {
 			h.observe(req, kind, false, ReasonMalformed, time.Since(start))
 			return errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed old ConfigMap: %w", err))
@@ -51,6 +55,15 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 		change.Old = ConfigMapFact{Data: oldCM.Data}
 		if change.Name == "" {
 			change.Name = oldCM.Name
+		}
+	}
+	if change.Name == rootCAConfigMap {
+		if what := rootCATampering(req.Operation, req.UserInfo.Username, oldCM, newCM); what != "" {
+			if msg := h.rootCARefusal(req, what); msg != "" {
+				h.observe(req, kind, false, ReasonNoToken, time.Since(start))
+				log.Info("decision", "allowed", false, "reason", ReasonNoToken, "why", msg)
+				return denied(msg)
+			}
 		}
 	}
 	readers, err := h.Readers.ReadersOf(req.Namespace, change.Name)

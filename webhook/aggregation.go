@@ -48,9 +48,12 @@ type rewrite struct {
 	before, after []rbacv1.PolicyRule
 }
 
-// maxAggregationRounds bounds the rounds of rewrites followed: a chain of aggregated roles is
-// rewritten one link per round, and no cluster nests them deeper.
-const maxAggregationRounds = 16
+// maxAggregationWork bounds the rule copies one review follows the aggregation controller
+// through (rules copied into aggregated roles, summed over the rounds, before and after the
+// change). Anyone who may create ClusterRoles can make the union large; past the bound the change
+// is refused as not verifiable rather than judged after the API server gave up waiting, which the
+// entry's failure policy would admit (the eleventh red team's 3,000 rules took it past its 5 s).
+const maxAggregationWork = 1 << 20
 
 // aggregate fills c.rewrites from the ClusterRoles listed in f: every aggregated ClusterRole whose
 // rules the change will make the controller rewrite, and the changed role itself when the
@@ -134,12 +137,19 @@ func converge(roles map[string]ClusterRoleInfo) error {
 		}
 		return k
 	}
-	for range maxAggregationRounds {
+	// A chain of aggregated roles settles one link per round whatever the order they are visited
+	// in, so len(aggs)+1 rounds settle any chain; a cycle keeps what it holds. Rounds past that
+	// mean the roles never settle.
+	work := 0
+	for range len(aggs) + 1 {
 		changed := false
 		for _, a := range aggs {
 			n := 0
 			for _, src := range a.sources {
 				n += len(keysOf(src))
+			}
+			if work += n; work > maxAggregationWork {
+				return fmt.Errorf("following the aggregation controller through these ClusterRoles copies more than %d rules; the guard judges at most that many per change", maxAggregationWork)
 			}
 			rules, ruleKeys := make([]rbacv1.PolicyRule, 0, n), make([]string, 0, n)
 			seen := make(map[string]bool, n)

@@ -2,9 +2,12 @@ package webhook_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -125,6 +128,66 @@ func TestAggregatedClusterRolesAreJudgedByWhatTheControllerWillWrite(t *testing.
 					t.Errorf("the refusal does not say %q:\n%s", m, out.Response.Result.Message)
 				}
 			}
+		})
+	}
+}
+
+// The eleventh red team's second round (issue 17): a chain of 20 aggregated ClusterRoles, each
+// selecting the next in the reverse of name order, made a harmless edit "could not verify" (the
+// guard gave up after 16 rounds; the controller settled it in seconds), and a piece of 3,000
+// rules took the review past the API server's 5 s, so the entry's failure policy admitted the
+// deletion of the piece a writer's access came from. A chain settles in as many rounds as it has
+// links; a review with more than maxAggregationWork rule copies is refused at once.
+func TestAggregationChainsAndLargeRolesAreJudgedInTime(t *testing.T) {
+	crbWriter := sts(append(compliant(), wt.ServiceAccount("crb-writer"))...)
+	crbWriter.Name = "crb"
+	piece := clusterRole("lease-piece", map[string]string{"example.com/link-20": "true"}, nil, leaseRule)
+	// "leases" (bound to crb-writer) selects link-0 ... link-19 selects link-20, the piece's label;
+	// in name order each link is visited before the one it copies from: one round per link.
+	chain := []rbacv1.ClusterRole{*clusterRole("leases", nil, selecting("example.com/link-0"), leaseRule), *piece}
+	for i := range 20 {
+		chain = append(chain, *clusterRole(fmt.Sprintf("z-%02d", i), map[string]string{fmt.Sprintf("example.com/link-%d", i): "true"},
+			selecting(fmt.Sprintf("example.com/link-%d", i+1)), leaseRule))
+	}
+	harmless := piece.DeepCopy()
+	harmless.Rules = []rbacv1.PolicyRule{leaseRule, {APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"delete"}}}
+	big := clusterRole("big", map[string]string{"example.com/link-20": "true"}, nil)
+	for i := range 3000 {
+		big.Rules = append(big.Rules, rbacv1.PolicyRule{APIGroups: []string{"example.com"}, Resources: []string{fmt.Sprintf("junk%05d", i)}, Verbs: []string{"get"}})
+	}
+	huge := clusterRole("huge", map[string]string{"example.com/link-20": "true"}, nil)
+	for i := range 60000 {
+		huge.Rules = append(huge.Rules, rbacv1.PolicyRule{APIGroups: []string{"example.com"}, Resources: []string{fmt.Sprintf("junk%05d", i)}, Verbs: []string{"get"}})
+	}
+	cases := []struct {
+		name     string
+		roles    []rbacv1.ClusterRole
+		obj, old runtime.Object
+		op       admissionv1.Operation
+		allowed  bool
+		msg      string
+	}{
+		{"a harmless edit at the end of a 20-link chain", chain, harmless, piece, admissionv1.Update, true, ""},
+		{"the piece at the end of a 20-link chain deleted", chain, nil, piece, admissionv1.Delete, false, "ClusterRole leases"},
+		{"the piece deleted beside 3,000 rules", []rbacv1.ClusterRole{*clusterRole("leases", nil, selecting("example.com/link-20"), leaseRule), *piece, *big}, nil, piece, admissionv1.Delete, false, "ClusterRole leases"},
+		{"the piece deleted beside 60,000 rules in a chain", append(slices.Clone(chain), *huge), nil, piece, admissionv1.Delete, false, "could not verify"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := rbacCluster()
+			c.ClusterRoles = tc.roles
+			h := &webhook.Handler{Resolver: c, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, crbWriter), Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			start := time.Now()
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, crKind, "lease-piece", tc.obj, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %.600s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Errorf("the refusal does not say %q:\n%.600s", tc.msg, out.Response.Result.Message)
+			}
+			t.Logf("answered in %v", time.Since(start))
 		})
 	}
 }

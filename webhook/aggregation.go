@@ -117,9 +117,13 @@ func converge(roles map[string]ClusterRoleInfo) error {
 		sources []string // the roles its selectors match, in the controller's order (repeats kept)
 	}
 	var aggs []aggregator
+	work := 0 // label matches, then rule copies: both grow with what ClusterRole creators add
 	for name, r := range roles {
 		if r.Aggregation == nil {
 			continue
+		}
+		if work += len(roles) * len(r.Aggregation.ClusterRoleSelectors); work > maxAggregationWork {
+			return fmt.Errorf("following the aggregation controller through these ClusterRoles matches more than %d labels; the guard judges at most that many per change", maxAggregationWork)
 		}
 		if sources, ok := matchedRoles(r, roles); ok {
 			aggs = append(aggs, aggregator{name: name, sources: sources})
@@ -140,7 +144,6 @@ func converge(roles map[string]ClusterRoleInfo) error {
 	// A chain of aggregated roles settles one link per round whatever the order they are visited
 	// in, so len(aggs)+1 rounds settle any chain; a cycle keeps what it holds. Rounds past that
 	// mean the roles never settle.
-	work := 0
 	for range len(aggs) + 1 {
 		changed := false
 		for _, a := range aggs {

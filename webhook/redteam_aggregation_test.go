@@ -159,6 +159,15 @@ func TestAggregationChainsAndLargeRolesAreJudgedInTime(t *testing.T) {
 	for i := range 60000 {
 		huge.Rules = append(huge.Rules, rbacv1.PolicyRule{APIGroups: []string{"example.com"}, Resources: []string{fmt.Sprintf("junk%05d", i)}, Verbs: []string{"get"}})
 	}
+	// 600 aggregated roles of two selectors over 1,000 more: 1.9 million label matches.
+	crowd := slices.Clone(chain)
+	for i := range 1600 {
+		var agg *rbacv1.AggregationRule
+		if i < 600 {
+			agg = selecting("example.com/crowd-a", "example.com/crowd-b")
+		}
+		crowd = append(crowd, *clusterRole(fmt.Sprintf("crowd-%04d", i), map[string]string{"example.com/crowd-a": "true"}, agg))
+	}
 	cases := []struct {
 		name     string
 		roles    []rbacv1.ClusterRole
@@ -171,6 +180,7 @@ func TestAggregationChainsAndLargeRolesAreJudgedInTime(t *testing.T) {
 		{"the piece at the end of a 20-link chain deleted", chain, nil, piece, admissionv1.Delete, false, "ClusterRole leases"},
 		{"the piece deleted beside 3,000 rules", []rbacv1.ClusterRole{*clusterRole("leases", nil, selecting("example.com/link-20"), leaseRule), *piece, *big}, nil, piece, admissionv1.Delete, false, "ClusterRole leases"},
 		{"the piece deleted beside 60,000 rules in a chain", append(slices.Clone(chain), *huge), nil, piece, admissionv1.Delete, false, "could not verify"},
+		{"the piece deleted among 600 aggregated roles", crowd, nil, piece, admissionv1.Delete, false, "matches more than"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,9 +48,9 @@ type rewrite struct {
 	before, after []rbacv1.PolicyRule
 }
 
-// maxAggregationWork bounds the rule copies one review follows the aggregation controller
-// through (rules copied into aggregated roles, summed over the rounds, before and after the
-// change). Anyone who may create ClusterRoles can make the union large; past the bound the change
+// maxAggregationWork bounds the work of following the aggregation controller through one change,
+// counted in label matches and rule copies (summed over the rounds, before and after the
+// change), each side's converge on its own. Anyone who may create ClusterRoles can make the union large; past the bound the change
 // is refused as not verifiable rather than judged after the API server gave up waiting, which the
 // entry's failure policy would admit (the eleventh red team's 3,000 rules took it past its 5 s).
 const maxAggregationWork = 1 << 20

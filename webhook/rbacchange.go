@@ -211,11 +211,14 @@ func (c *RBACChange) view(f *Facts, at stage) RBACView {
 			return BindingsFact{Items: items}, true
 		},
 		Role: func(k RoleKey) (RoleFact, bool) {
-			if rw, ok := c.rewrites[k]; ok && (at == afterRewrites || k.Name != c.Name) {
-				if at == afterRewrites {
+			if rw, ok := c.rewrites[k]; ok {
+				switch {
+				case at == afterRewrites:
 					return RoleFact{Rules: rw.after}, true
+				case k.Name != c.Name:
+					return RoleFact{Rules: rw.before}, true // another role stands until rewritten
 				}
-				return RoleFact{Rules: rw.before}, true
+				// the changed role itself: before and right after the change, its own rules (below)
 			}
 			if key, ok := c.role(); ok && key == k {
 				switch {

@@ -55,17 +55,9 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 	if what := change.takesFromSelf(h.Self, accounts); what != "" {
 		return deny(ReasonGuardAccess, selfMessage(change, h.Self, what))
 	}
-	var users []*Workload
-	for _, sel := range accounts {
-		got, err := h.Accounts.UsersOf(sel)
-		if err != nil {
-			return deny(ReasonCouldNotVerify, fmt.Sprintf("ehdb-election guard: could not tell which workloads run as the accounts %s touches: %v", change, err))
-		}
-		for _, w := range got {
-			if mayArm(w) && !slices.ContainsFunc(users, func(u *Workload) bool { return u.Kind == w.Kind && u.Namespace == w.Namespace && u.Name == w.Name }) {
-				users = append(users, w)
-			}
-		}
+	users, err := h.armableUsers(accounts...)
+	if err != nil {
+		return deny(ReasonCouldNotVerify, fmt.Sprintf("ehdb-election guard: could not tell which workloads run as the accounts %s touches: %v", change, err))
 	}
 	users = judgedThroughController(users)
 
@@ -123,6 +115,24 @@ func evaluateRBAC(ctx context.Context, r Resolver, in Input, p Policy, now time.
 		facts.Merge(r.Resolve(ctx, q))
 	}
 	return DecideRBACChange(in, facts, p), lookups
+}
+
+// armableUsers are the guarded objects that run as the accounts sels select and may be armed
+// (mayArm), each once.
+func (h *Handler) armableUsers(sels ...AccountSelector) ([]*Workload, error) {
+	var users []*Workload
+	for _, sel := range sels {
+		got, err := h.Accounts.UsersOf(sel)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range got {
+			if mayArm(w) && !slices.ContainsFunc(users, func(u *Workload) bool { return u.Kind == w.Kind && u.Namespace == w.Namespace && u.Name == w.Name }) {
+				users = append(users, w)
+			}
+		}
+	}
+	return users, nil
 }
 
 // mayArm is the chart's matchCondition for pod templates (cel.podSpecMayArm): a container sets

@@ -49,14 +49,12 @@ func rootCATampering(op admissionv1.Operation, user string, oldCM, newCM *corev1
 func (h *Handler) rootCARefusal(req Request, what string) string {
 	var armed []string
 	if h.Accounts != nil {
-		users, err := h.Accounts.UsersOf(AccountSelector{Namespace: req.Namespace})
+		users, err := h.armableUsers(AccountSelector{Namespace: req.Namespace})
 		if err != nil {
 			return fmt.Sprintf("ehdb-election guard: could not verify this write of ConfigMap %s/%s, which %s: could not tell which workloads run in the namespace: %v", req.Namespace, rootCAConfigMap, what, err)
 		}
 		for _, w := range users {
-			if mayArm(w) {
-				armed = append(armed, w.Kind+" "+w.Namespace+"/"+w.Name)
-			}
+			armed = append(armed, w.Kind+" "+w.Namespace+"/"+w.Name)
 		}
 		if len(armed) == 0 {
 			return ""

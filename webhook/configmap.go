@@ -58,7 +58,7 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 		}
 	}
 	if change.Name == rootCAConfigMap {
-		if what := rootCATampering(req.Operation, req.UserInfo.Username, oldCM, newCM); what != "" {
+		if what := rootCATampering(req.Operation, req.UserInfo.Username, h.rootCAPublishers(), oldCM, newCM); what != "" {
 			if msg := h.rootCARefusal(req, what); msg != "" {
 				h.observe(req, kind, false, ReasonNoToken, time.Since(start))
 				log.Info("decision", "allowed", false, "reason", ReasonNoToken, "why", msg)

@@ -150,7 +150,7 @@
 //     aggregated roles that select it, by labels, as they settle, so a piece cannot be deleted,
 //     relabelled or narrowed out from under a writer. The CA writers verify the API server with,
 //     kube-root-ca.crt, is the root-ca-cert-publisher's alone while anything there may be armed
-//     (rootca.go). So RBAC no armed writer needs is
+//     (rootca.go; Handler.RootCAPublishers names the identities it writes as). So RBAC no armed writer needs is
 //     admitted (a redundant binding, a shadow writer, a role without lease verbs) whoever created it,
 //     and the refusal gives the removal order. An UPDATE that removes the last finalizer of an
 //     object in deletion deletes it (completesDeletion), so it is judged as that DELETE, for

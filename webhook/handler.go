@@ -68,6 +68,16 @@ type Handler struct {
 	// WorkBudget is the steps one review may spend resolving environments (Budget); 0 means
 	// DefaultBudget. A smaller budget refuses complex armed objects sooner, never admits more.
 	WorkBudget int64
+	// RootCAPublishers are the users whose writes of kube-root-ca.crt's CA are the cluster's
+	// (rootca.go); nil means DefaultRootCAPublishers.
+	RootCAPublishers []string
+}
+
+func (h *Handler) rootCAPublishers() []string {
+	if h.RootCAPublishers == nil {
+		return DefaultRootCAPublishers()
+	}
+	return h.RootCAPublishers
 }
 
 // DefaultMaxInFlight is the reviews one webhook process works on at once by default.

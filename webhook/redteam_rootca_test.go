@@ -44,24 +44,30 @@ func TestTheClusterCAOfArmedWritersIsTheirPublishersAlone(t *testing.T) {
 		user     string
 		obj, old *corev1.ConfigMap
 		allowed  bool
+		// publishers configures Handler.RootCAPublishers (nil: the default identities).
+		publishers []string
 	}{
-		{"a garbage ca.crt, immutable", []any{armed}, admissionv1.Update, someone, rootCA(garbage, true, nil), rootCA(realCA, false, nil), false},
-		{"a garbage ca.crt", []any{armed}, admissionv1.Update, someone, rootCA(garbage, false, nil), rootCA(realCA, false, nil), false},
-		{"the real CA made immutable", []any{armed}, admissionv1.Update, someone, rootCA(realCA, true, nil), rootCA(realCA, false, nil), false},
-		{"ca.crt removed", []any{armed}, admissionv1.Update, someone, &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: ns}}, rootCA(realCA, false, nil), false},
-		{"created by someone else after a delete", []any{armed}, admissionv1.Create, someone, rootCA(garbage, true, nil), nil, false},
+		{"a garbage ca.crt, immutable", []any{armed}, admissionv1.Update, someone, rootCA(garbage, true, nil), rootCA(realCA, false, nil), false, nil},
+		{"a garbage ca.crt", []any{armed}, admissionv1.Update, someone, rootCA(garbage, false, nil), rootCA(realCA, false, nil), false, nil},
+		{"the real CA made immutable", []any{armed}, admissionv1.Update, someone, rootCA(realCA, true, nil), rootCA(realCA, false, nil), false, nil},
+		{"ca.crt removed", []any{armed}, admissionv1.Update, someone, &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: ns}}, rootCA(realCA, false, nil), false, nil},
+		{"created by someone else after a delete", []any{armed}, admissionv1.Create, someone, rootCA(garbage, true, nil), nil, false, nil},
 
-		{"the publisher rotates the CA", []any{armed}, admissionv1.Update, publisher, rootCA(garbage, false, nil), rootCA(realCA, false, nil), true},
-		{"the publisher creates it", []any{armed}, admissionv1.Create, publisher, rootCA(realCA, false, nil), nil, true},
-		{"the controller manager without per-controller credentials", []any{armed}, admissionv1.Update, "system:kube-controller-manager", rootCA(garbage, false, nil), rootCA(realCA, false, nil), true},
-		{"deleted, for the publisher to write again", []any{armed}, admissionv1.Delete, someone, nil, rootCA(garbage, true, nil), true},
-		{"a label added", []any{armed}, admissionv1.Update, someone, rootCA(realCA, false, map[string]string{"team": "storage"}), rootCA(realCA, false, nil), true},
-		{"nothing in the namespace may be armed", []any{unarmed}, admissionv1.Update, someone, rootCA(garbage, true, nil), rootCA(realCA, false, nil), true},
+		{"the publisher rotates the CA", []any{armed}, admissionv1.Update, publisher, rootCA(garbage, false, nil), rootCA(realCA, false, nil), true, nil},
+		{"the publisher creates it", []any{armed}, admissionv1.Create, publisher, rootCA(realCA, false, nil), nil, true, nil},
+		{"the controller manager without per-controller credentials", []any{armed}, admissionv1.Update, "system:kube-controller-manager", rootCA(garbage, false, nil), rootCA(realCA, false, nil), true, nil},
+		{"deleted, for the publisher to write again", []any{armed}, admissionv1.Delete, someone, nil, rootCA(garbage, true, nil), true, nil},
+		{"a label added", []any{armed}, admissionv1.Update, someone, rootCA(realCA, false, map[string]string{"team": "storage"}), rootCA(realCA, false, nil), true, nil},
+		{"nothing in the namespace may be armed", []any{unarmed}, admissionv1.Update, someone, rootCA(garbage, true, nil), rootCA(realCA, false, nil), true, nil},
+		// A controller manager that authenticates as another identity is named by the operator
+		// (--root-ca-publishers), and then the defaults are no longer trusted.
+		{"a configured publisher rotates the CA", []any{armed}, admissionv1.Update, "system:ca-sync", rootCA(garbage, false, nil), rootCA(realCA, false, nil), true, []string{"system:ca-sync"}},
+		{"the default publisher once others are configured", []any{armed}, admissionv1.Update, publisher, rootCA(garbage, false, nil), rootCA(realCA, false, nil), false, []string{"system:ca-sync"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			readers := fakeReaders(t, tc.objects...)
-			h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Readers: readers, Accounts: readers, Clock: clocktesting.NewFakePassiveClock(now)}
+			h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Readers: readers, Accounts: readers, Clock: clocktesting.NewFakePassiveClock(now), RootCAPublishers: tc.publishers}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)
 			var obj, old runtime.Object

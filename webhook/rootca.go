@@ -19,15 +19,19 @@ import (
 // that could verify no API server. The guard judges the CA by who writes it, not by reading
 // certificates: the publisher is the only writer that knows the cluster's CA.
 
-// rootCAPublishers are the identities the publisher writes as: its own ServiceAccount (the
-// controller manager's --use-service-account-credentials), or the controller manager's.
-var rootCAPublishers = []string{"system:serviceaccount:kube-system:root-ca-cert-publisher", "system:kube-controller-manager"}
+// DefaultRootCAPublishers are the identities the publisher writes as in kubeadm and kind: its
+// own ServiceAccount (the controller manager's --use-service-account-credentials), or the
+// controller manager's. A cluster whose controller manager authenticates otherwise names its
+// identity in Handler.RootCAPublishers, or its CA rotation is refused.
+func DefaultRootCAPublishers() []string {
+	return []string{"system:serviceaccount:kube-system:root-ca-cert-publisher", "system:kube-controller-manager"}
+}
 
 // rootCATampering says what a write of kube-root-ca.crt by someone other than its publisher does
 // to the CA ("" for nothing: a metadata edit, a delete, which the publisher answers with the
-// cluster's CA at once, or the publisher's own write). oldCM is nil on CREATE.
-func rootCATampering(op admissionv1.Operation, user string, oldCM, newCM *corev1.ConfigMap) string {
-	if op == admissionv1.Delete || newCM == nil || slices.Contains(rootCAPublishers, user) {
+// cluster's CA at once, or a write by one of publishers). oldCM is nil on CREATE.
+func rootCATampering(op admissionv1.Operation, user string, publishers []string, oldCM, newCM *corev1.ConfigMap) string {
+	if op == admissionv1.Delete || newCM == nil || slices.Contains(publishers, user) {
 		return ""
 	}
 	if oldCM == nil {

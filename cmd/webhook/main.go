@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/noetl/ehdb-election/webhook"
 )
 
 // options are the command line, named exactly as the chart passes them.
@@ -53,6 +55,7 @@ type options struct {
 	maxShards         int
 	clientCAFile      string
 	clientNames       []string
+	rootCAPublishers  []string
 
 	// Not flags. extraDNSNames are added to the rotated serving certificate (tests reach the
 	// webhook as localhost); shutdownTimeout bounds the graceful stop.
@@ -85,6 +88,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 32, "reviews one process works on at once; more wait for a slot until their deadline, then get HTTP 429 (the API server applies the failure policy)")
 	fs.IntVar(&o.maxShards, "max-shards", 128, "most shards one object may make the guard judge (a StatefulSet whose pods take the shard from the ordinal has one per replica); above it an armed object is refused")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM CA bundle: require every client to present a certificate it signed (the API server does when its admission configuration's kubeConfigFile has a user for this Service); empty: any client may connect")
+	publishers := fs.String("root-ca-publishers", strings.Join(webhook.DefaultRootCAPublishers(), ","), "comma-separated users whose writes of a guarded namespace's kube-root-ca.crt are kube-controller-manager's root-ca-cert-publisher; anyone else's change of its CA is refused while a writer there may be armed")
 	clientNames := fs.String("client-names", "", "comma-separated names (subject CN or DNS SAN) a client certificate must carry, with --client-ca-file; empty: any the CA signed")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -102,6 +106,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		if n = strings.TrimSpace(n); n != "" && !slices.Contains(o.guardedNamespaces, n) {
 			o.guardedNamespaces = append(o.guardedNamespaces, n)
 		}
+	}
+	for _, n := range strings.Split(*publishers, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			o.rootCAPublishers = append(o.rootCAPublishers, n)
+		}
+	}
+	if len(o.rootCAPublishers) == 0 {
+		return o, errors.New("--root-ca-publishers is empty: no one could write the cluster's CA into kube-root-ca.crt")
 	}
 	for _, n := range strings.Split(*clientNames, ",") {
 		if n = strings.TrimSpace(n); n != "" {

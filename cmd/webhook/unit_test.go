@@ -66,6 +66,20 @@ func TestFlagsMatchTheContract(t *testing.T) {
 			t.Errorf("--guarded-namespaces=%q: %v %v (in flight %d, shards %d), want %v", args, o.guardedNamespaces, err, o.maxInFlight, o.maxShards, want)
 		}
 	}
+	// Who writes the cluster's CA: the publisher's identities by default, or the ones named.
+	for args, want := range map[string][]string{
+		"": webhook.DefaultRootCAPublishers(),
+		"--root-ca-publishers= system:ca-sync , system:kcm": {"system:ca-sync", "system:kcm"},
+	} {
+		var argv []string
+		if args != "" {
+			argv = []string{args}
+		}
+		o, err := parseFlags(argv, func(k string) string { return map[string]string{"POD_NAMESPACE": "ehdb-system"}[k] }, io.Discard)
+		if err != nil || !slices.Equal(o.rootCAPublishers, want) {
+			t.Errorf("%q: root CA publishers %q %v, want %q", args, o.rootCAPublishers, err, want)
+		}
+	}
 	if got := guardedScopes([]string{"a", "*"}); !slices.Equal(got, []string{""}) {
 		t.Errorf("guardedScopes with * = %q, want one cluster-wide scope", got)
 	}
@@ -76,6 +90,7 @@ func TestFlagsMatchTheContract(t *testing.T) {
 		{"--cert-rotation=true"}, // no namespace
 		{"--namespace=n", "--log-level=loud"},
 		{"--namespace=n", "--webhook-port=0"},
+		{"--namespace=n", "--root-ca-publishers=,"}, // no one could write the CA
 		{"--namespace=n", "extra"},
 		{"--no-such-flag"},
 	} {

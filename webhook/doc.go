@@ -67,8 +67,10 @@
 //     KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT and reads the fixed files
 //     /var/run/secrets/kubernetes.io/serviceaccount/{token,ca.crt} (the election, with no namespace
 //     in its environment, also .../namespace). The kubelet sets the two variables from the
-//     Service kubernetes of the default namespace, or of the pod's own when it has one and the
-//     pod keeps its service links: such a Service in a guarded namespace is refused (service.go).
+//     Service kubernetes of the default namespace, or from a Service of the pod's own namespace
+//     whose service-link variables land on them (kubernetes, kubernetes-service's NAME_PORT) when
+//     the pod keeps its service links: a Service whose links can set any variable the election
+//     reads is refused in a guarded namespace, whatever its type (service.go).
 //     An armed container is refused when its env or a
 //     ConfigMap it reads sets either variable (empty, client-go is not in a cluster; any value, it
 //     dials what the guard cannot tell is the checked API server; a Secret that may set it is

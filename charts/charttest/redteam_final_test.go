@@ -82,6 +82,19 @@ func TestRedTeamFinalRound(t *testing.T) {
 		svc.Name = "writer-metrics"
 		_, err = cs.CoreV1().Services(rt.ns).Create(ctx, svc, dryRunCreate)
 		admitted(t, "another Service", err)
+		// The twelfth red team: kubernetes-service's NAME_PORT link is KUBERNETES_SERVICE_PORT,
+		// "tcp://<ip>:443", and client-go builds no configuration from it. Refused in every type,
+		// as an ExternalName one becomes a ClusterIP one by an update.
+		for _, typ := range []corev1.ServiceType{corev1.ServiceTypeClusterIP, corev1.ServiceTypeExternalName} {
+			linked := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes-service"}, Spec: corev1.ServiceSpec{Type: typ, Ports: []corev1.ServicePort{{Port: 443}}}}
+			if typ == corev1.ServiceTypeExternalName {
+				linked.Spec.ExternalName = "api.example.invalid"
+			}
+			_, err = cs.CoreV1().Services(rt.ns).Create(ctx, linked, dryRunCreate)
+			if err == nil || !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "KUBERNETES_SERVICE_PORT among them") {
+				t.Errorf("a Service named kubernetes-service, %s, in %s: %v; want the guard to refuse it", typ, rt.ns, err)
+			}
+		}
 	})
 
 	t.Run("the armed StatefulSet moved onto the host network", func(t *testing.T) {

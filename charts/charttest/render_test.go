@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/noetl/ehdb-election/internal/chartinstall"
+	"github.com/noetl/ehdb-election/webhook"
 )
 
 const testNS = "noetl"
@@ -620,9 +621,11 @@ func TestWebhookConfiguration(t *testing.T) {
 				byName[strings.TrimSuffix(h.Name, ".ehdb-election.noetl.io")] = h
 			}
 			workloads, pods, podMetadata, configMaps := byName["workloads"], byName["pods"], byName["podmetadata"], byName["configmaps"]
-			// A Service named kubernetes, only: the kubelet gives its address as the API server's.
+			// The Services whose link variables land on what the election reads, only: the
+			// webhook's own list of their names, no more and no fewer.
+			wantNames := "object.metadata.name in ['" + strings.Join(webhook.LinkedServiceNames(), "', '") + "']"
 			if svc := byName["services"]; len(svc.Rules) != 1 || !slices.Equal(svc.Rules[0].Resources, []string{"services"}) || *svc.FailurePolicy != tc.workloads ||
-				len(svc.MatchConditions) != 1 || svc.MatchConditions[0].Expression != "object.metadata.name == 'kubernetes'" || !reflect.DeepEqual(svc.NamespaceSelector, workloads.NamespaceSelector) {
+				len(svc.MatchConditions) != 1 || svc.MatchConditions[0].Expression != wantNames || !reflect.DeepEqual(svc.NamespaceSelector, workloads.NamespaceSelector) {
 				t.Errorf("services entry: %+v", svc)
 			}
 			for _, sub := range []struct {

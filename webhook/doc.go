@@ -124,7 +124,10 @@
 //     the owner. A Job is exempt under its CronJob only in the CronJob's completion mode. An owner
 //     name no object can have is not found, for certain (its lookup would fail in the client). An
 //     owner the webhook cannot fetch leaves the order check on, and its failure is "could not
-//     verify": the Pod fails open, so a guard outage never stops a writer's Pod.
+//     verify": the Pod fails open, so a guard outage never stops a writer's Pod. So does a
+//     StatefulSet's Pod below a rollout's partition made from the set's current revision
+//     (revision.go): the guard judges templates, not revisions, and only that Pod can renew its
+//     shard's Lease.
 //   - Wrong refusals (5). A ConfigMap, or a key, that does not exist arms nothing now: no container
 //     that needs it starts until it exists, and the create or update that brings it is a reviewed
 //     ConfigMap change judged for every reader. A workload applied before its ConfigMap is admitted.

@@ -262,8 +262,15 @@ func (h *Handler) verifyOwner(w *Workload, creating bool) {
 	}
 	if !ok {
 		w.Exempt = false
+		rev := ""
+		if w.Kind == gvkPod.Kind && found {
+			rev = h.fromCurrentRevision(w, owner, creating)
+		}
 		w.Controller += " (" + why + ")"
-		if w.Kind == gvkPod.Kind && !known {
+		switch {
+		case rev != "":
+			w.OwnerUnverified = rev
+		case w.Kind == gvkPod.Kind && !known:
 			w.OwnerUnverified = "its controller " + w.Controller
 		}
 	}

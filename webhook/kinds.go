@@ -98,7 +98,10 @@ var PodSources = []PodSource{
 		TemplatePath: "spec.template.spec", Reader: true,
 		strip: func(o runtime.Object) {
 			s := o.(*appsv1.StatefulSet)
-			s.ManagedFields, s.Status = nil, appsv1.StatefulSetStatus{}
+			// The rollout is kept: the pods below a partition are its current revision's
+			// (currentRevision, revision.go).
+			s.ManagedFields, s.Status = nil, appsv1.StatefulSetStatus{
+				CurrentRevision: s.Status.CurrentRevision, UpdateRevision: s.Status.UpdateRevision, CurrentReplicas: s.Status.CurrentReplicas}
 			// The claims replace template volumes of their names in every pod (claimVolumes):
 			// kept in the template, so the cache holds the volumes the pods have.
 			if len(s.Spec.VolumeClaimTemplates) > 0 {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	kjson "sigs.k8s.io/json"
 )
 
@@ -30,6 +31,11 @@ type Workload struct {
 	Replicas     int32
 	OrdinalStart int32
 	ServiceName  string
+	// CurrentRevision is a StatefulSet's status.currentRevision while a rollout is under way
+	// (it differs from status.updateRevision), "" otherwise; its controller makes the pods of
+	// ordinals OrdinalStart .. OrdinalStart+CurrentBelow-1 from that revision (revision.go).
+	CurrentRevision string
+	CurrentBelow    int32
 	// Controller is the object's controller owner ("apps/v1 Deployment name"), "" when none.
 	Controller string
 	// ControllerRef is the controller ownerReference itself (nil when none).
@@ -159,6 +165,7 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 			w.OrdinalStart = o.Spec.Ordinals.Start
 		}
 		w.ServiceName = o.Spec.ServiceName
+		w.CurrentRevision, w.CurrentBelow = currentRevision(o)
 	case *appsv1.Deployment:
 		w.setReplicas(o.Spec.Replicas)
 		w.Paused = o.Spec.Paused
@@ -211,6 +218,21 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 	}
 	w.Pod.Namespace = w.Namespace
 	return w, nil
+}
+
+// currentRevision is the revision a StatefulSet's controller makes the pods below a partition
+// from during a rollout, and how many ordinals that covers (newVersionedStatefulSetPod: the
+// partition, or with no rollingUpdate the pods already at that revision; OnDelete makes every
+// new pod from the update revision).
+func currentRevision(set *appsv1.StatefulSet) (string, int32) {
+	cur, upd := set.Status.CurrentRevision, set.Status.UpdateRevision
+	if cur == "" || cur == upd || set.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+		return "", 0
+	}
+	if ru := set.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+		return cur, ptr.Deref(ru.Partition, 0)
+	}
+	return cur, set.Status.CurrentReplicas
 }
 
 // claimVolumes are the volumes of a StatefulSet's pods as its controller makes them (updateStorage

@@ -259,6 +259,25 @@ func (f fakeOwners) Owner(ns string, ref metav1.OwnerReference) (*webhook.Worklo
 	return w, true, true
 }
 
+// RevisionTemplate reads a ControllerRevision held as "ControllerRevision/ns/name".
+func (f fakeOwners) RevisionTemplate(ns, name string, owner types.UID) (*corev1.PodTemplateSpec, bool, bool) {
+	if f.unknown {
+		return nil, false, false
+	}
+	rev, ok := f.owners["ControllerRevision/"+ns+"/"+name].(*appsv1.ControllerRevision)
+	if !ok {
+		return nil, false, true
+	}
+	if ref := metav1.GetControllerOf(rev); ref == nil || ref.UID != owner {
+		return nil, false, true
+	}
+	tmpl, err := webhook.StatefulSetRevisionTemplate(rev)
+	if err != nil {
+		return nil, false, false
+	}
+	return tmpl, true, true
+}
+
 // ownerCase is one review judged by a Handler that fetches owners from a fixed set.
 type ownerCase struct {
 	name     string

@@ -217,6 +217,8 @@ func TestWebhookRBACIsExactlyTheContract(t *testing.T) {
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"batch"}, Resources: []string{"cronjobs", "jobs"}, Verbs: []string{"get", "list", "watch"}},
+		// The revision a StatefulSet makes its pods below a rollout's partition from, by name.
+		{APIGroups: []string{"apps"}, Resources: []string{"controllerrevisions"}, Verbs: []string{"get"}},
 	}
 	tlsVerbs := []string{"get", "list", "watch", "update", "patch"}
 	vwcRule := rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"},

@@ -497,6 +497,30 @@ func (w *watches) get(resource, namespace, name string) (*webhook.Workload, bool
 	return wl, true, true
 }
 
+var _ webhook.Revisions = (*watches)(nil)
+
+// RevisionTemplate implements webhook.Revisions with a GET: it is asked only for a StatefulSet's
+// Pod that is not its set's template, mid-rollout, so a watch of every revision is not worth it.
+func (w *watches) RevisionTemplate(namespace, name string, owner types.UID) (*corev1.PodTemplateSpec, bool, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rev, err := w.cs.AppsV1().ControllerRevisions(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, true
+	case err != nil:
+		return nil, false, false
+	}
+	if ref := metav1.GetControllerOfNoCopy(rev); ref == nil || ref.UID != owner {
+		return nil, false, true
+	}
+	tmpl, err := webhook.StatefulSetRevisionTemplate(rev)
+	if err != nil {
+		return nil, false, false
+	}
+	return tmpl, true, true
+}
+
 var _ webhook.OwnedWorkloads = (*watches)(nil)
 
 // OwnedBy implements webhook.OwnedWorkloads from the reader watches: the objects of resource in

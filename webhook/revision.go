@@ -1,0 +1,86 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kjson "sigs.k8s.io/json"
+)
+
+// This file answers: did a StatefulSet's controller make this Pod from the set's current
+// revision? During a rollout held by a partition the controller makes the pods below it from the
+// ControllerRevision status.currentRevision names, not from spec.template
+// (newVersionedStatefulSetPod), and labels them with that revision's name. Such a Pod is not its
+// owner's template, so its owner exempts it from nothing; but refusing it is wrong too: it is
+// the replacement of a crashed writer below the partition, and only it can renew the Lease the
+// order check then wants live (the twelfth red team deleted one, and its shard stayed down until
+// the rollout was undone). The guard judges a set's template, not its revisions, so it cannot say
+// the revision was order-checked for this shard: the Pod's order check is "could not verify",
+// which a Pod passes with a warning (Pods fail open), while the rest of it is judged as ever.
+
+// Revisions reads the pod template of a StatefulSet's ControllerRevision. The webhook's Owners
+// implement it too (a GET; a revision is read only for a Pod its set's template does not match).
+type Revisions interface {
+	// RevisionTemplate returns the pod template ControllerRevision name in namespace holds,
+	// when its controller is the object with UID owner. found is false when there is no such
+	// revision; known is false when the webhook cannot tell.
+	RevisionTemplate(namespace, name string, owner types.UID) (tmpl *corev1.PodTemplateSpec, found, known bool)
+}
+
+// StatefulSetRevisionTemplate decodes what a StatefulSet's ControllerRevision holds: a strategic
+// merge patch that replaces spec.template (getPatch in the StatefulSet controller), and nothing
+// else of the set.
+func StatefulSetRevisionTemplate(rev *appsv1.ControllerRevision) (*corev1.PodTemplateSpec, error) {
+	if len(rev.Data.Raw) == 0 {
+		return nil, errors.New("ControllerRevision " + rev.Name + " holds no data")
+	}
+	var patch struct {
+		Spec struct {
+			Template *corev1.PodTemplateSpec `json:"template"`
+		} `json:"spec"`
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(rev.Data.Raw, &patch); err != nil {
+		return nil, fmt.Errorf("decoding ControllerRevision %s: %w", rev.Name, err)
+	}
+	if patch.Spec.Template == nil {
+		return nil, errors.New("ControllerRevision " + rev.Name + " holds no pod template")
+	}
+	return patch.Spec.Template, nil
+}
+
+// labelRevision is the label the StatefulSet controller gives each pod: the name of the
+// ControllerRevision it made the pod from.
+const labelRevision = appsv1.StatefulSetRevisionLabel
+
+// fromCurrentRevision says how Pod p was made by its StatefulSet owner from the set's current
+// revision, below the partition of a rollout ("" when it was not, or the guard cannot tell): the
+// Pod names that revision, the set is mid-rollout with p's ordinal among those it makes from it,
+// and p's containers that can arm are the revision's (podExemptionHolds against it).
+func (h *Handler) fromCurrentRevision(p, owner *Workload, creating bool) string {
+	revs, ok := h.Owners.(Revisions)
+	if !ok || owner == nil || owner.Kind != gvkStatefulSet.Kind || owner.CurrentRevision == "" || p.Pod.Meta.Labels[labelRevision] != owner.CurrentRevision {
+		return ""
+	}
+	n, err := strconv.ParseInt(strings.TrimPrefix(p.Pod.Meta.Name, owner.Name+"-"), 10, 32)
+	if err != nil || !strings.HasPrefix(p.Pod.Meta.Name, owner.Name+"-") || n < int64(owner.OrdinalStart) || n >= int64(owner.OrdinalStart)+int64(owner.CurrentBelow) {
+		return ""
+	}
+	tmpl, found, known := revs.RevisionTemplate(owner.Namespace, owner.CurrentRevision, types.UID(owner.UID))
+	switch {
+	case !known:
+		return fmt.Sprintf("its controller %s, whose current revision %s (from which it makes the pods below its partition) the webhook could not read,", p.Controller, owner.CurrentRevision)
+	case !found:
+		return ""
+	}
+	rev := *owner // a copy with the revision's template: only its containers are compared
+	rev.Pod.Spec, rev.Pod.Meta.Labels, rev.Pod.Meta.Annotations = &tmpl.Spec, tmpl.Labels, tmpl.Annotations
+	if ok, _ := podExemptionHolds(p, &rev, true, true, creating); !ok {
+		return ""
+	}
+	return fmt.Sprintf("its controller %s, which made it from its current revision %s (as it makes the pods below its partition during a rollout; the guard judges a set's template, not its revisions),", p.Controller, owner.CurrentRevision)
+}

@@ -184,7 +184,10 @@
 // up on a client sending slower than 32 KiB/s and bounds the reviews judged at once, a review
 // reads only the ConfigMap keys its containers can make matter within a per-review and
 // per-process byte budget, the request's deadline is honoured, and a panic is recovered into an
-// answer; cmd/webhook caps the connections open at once. No message quotes a value the guard
+// answer; cmd/webhook caps the connections open at once, and at the cap a new one takes the
+// place of an idle one or one whose body is still arriving (the API server's never is), while
+// every connection's first 64 KiB of body come from a reserve sized for the cap
+// (Handler.MaxConnections), so ordinary reviews never wait for budget. No message quotes a value the guard
 // read from a ConfigMap (Value.Read): without client certificates a review is answered to
 // whoever sends it. An owner exempts an object from the order check only along the chains whose
 // template the guard judged (PodSource.ExemptBy), and only if it exists (Owners). A ConfigMap

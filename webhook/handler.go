@@ -65,6 +65,10 @@ type Handler struct {
 	// that finds no slot before its deadline gets HTTP 429, which the API server treats as a
 	// webhook failure (workloads fail closed, Pods fail open). 0 means DefaultMaxInFlight.
 	MaxInFlight int
+	// MaxConnections is the connections the server in front of the handler keeps open at once
+	// (HTTP/1.1: one request each); each may read the first part of its body from a reserve
+	// sized for them all (NewHTTPHandler). 0 means DefaultMaxConnections.
+	MaxConnections int
 	// WorkBudget is the steps one review may spend resolving environments (Budget); 0 means
 	// DefaultBudget. A smaller budget refuses complex armed objects sooner, never admits more.
 	WorkBudget int64

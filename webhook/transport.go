@@ -30,14 +30,36 @@ const (
 // The body budget counts bytes actually read, never a claimed Content-Length, at decodeFactor
 // times their size: what one body byte costs until its review is answered (the body, the
 // objects' raw copies, the decoded objects). The first smallBody bytes of every body are charged
-// to a reserve of their own, so large bodies, however many, never keep a review of ordinary size
-// (a few KiB) from being read; the rest to a pool sized for one review of the largest size.
+// to a reserve of their own, sized for every connection the server keeps open at once
+// (Handler.MaxConnections), so a review of ordinary size (tens of KiB) never waits for budget,
+// however many bodies are arriving (the twelfth red team's slow bodies queued ahead of the API
+// server's); the rest to a pool sized for one review of the largest size, which large bodies
+// share first come, first served.
 const (
 	decodeFactor = 4
 	smallBody    = 64 << 10
-	smallReserve = 64 * decodeFactor * smallBody // 16 MiB: 64 ordinary reviews being read at once
 	largePool    = decodeFactor * maxReviewBytes // 28 MiB: one review of 7 MiB, or several smaller
 )
+
+// DefaultMaxConnections is the connections one process keeps open at once by default: twice
+// DefaultMaxInFlight, so as many reviews can be arriving as are judged. The reserve for their
+// first smallBody bytes is then 16 MiB.
+const DefaultMaxConnections = 2 * DefaultMaxInFlight
+
+type bodyReadKey struct{}
+
+// WithBodyRead returns ctx carrying f, which the handler calls once a request's whole body has
+// arrived. A server that caps its connections can so tell one whose body is still arriving —
+// never the API server's, which sends a review in one write — from one at work.
+func WithBodyRead(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, bodyReadKey{}, f)
+}
+
+func bodyRead(ctx context.Context) {
+	if f, ok := ctx.Value(bodyReadKey{}).(func()); ok {
+		f()
+	}
+}
 
 // NewHTTPHandler serves h at an admission path. It reads the body before anything else, counting
 // what arrives against the body budget, and hangs up on a client that sends slower than 32 KiB/s;
@@ -57,7 +79,11 @@ func NewHTTPHandler(h *Handler) http.Handler {
 	if limit <= 0 {
 		limit = DefaultMaxInFlight
 	}
-	return &transport{h: h, limit: limit, slots: make(chan struct{}, limit), budget: newBodyBudget(smallReserve, largePool)}
+	conns := h.MaxConnections
+	if conns <= 0 {
+		conns = DefaultMaxConnections
+	}
+	return &transport{h: h, limit: limit, slots: make(chan struct{}, limit), budget: newBodyBudget(int64(conns)*decodeFactor*smallBody, largePool)}
 }
 
 type transport struct {
@@ -98,6 +124,7 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(err.Error(), status)
 		return
 	}
+	bodyRead(r.Context())
 
 	select {
 	case t.slots <- struct{}{}:

@@ -105,3 +105,81 @@ func TestConnectionsOpenAtOnceAreCapped(t *testing.T) {
 		t.Fatalf("%d idle clients hold a connection; the cap is 8", alive)
 	}
 }
+
+// TestSlowBodiesCannotHoldTheGuard is the twelfth red team's hold: clients with no credentials,
+// each a POST claiming a 7 MB body and sending 32 KiB of it every 450 ms (faster than the 32 KiB/s
+// a body must keep up), reconnecting whenever they are hung up on. 700 of them made the API
+// server's calls time out, and the entries that fail open then admitted a ClusterRoleBinding
+// delete that disarmed the writers, and an armed bare Pod. A connection whose body is still
+// arriving is not the API server's (it sends a review in one write), so at the cap a new
+// connection takes its place, and every connection may read the first part of its body from a
+// reserve sized for the cap, so a review of ordinary size never waits for budget. With
+// --max-connections=32 and 150 such clients, a review from a new client is answered well within
+// the hold.
+func TestSlowBodiesCannotHoldTheGuard(t *testing.T) {
+	c := testcluster.ForTest(t)
+	ns := c.NewNamespace(t)
+	dir := t.TempDir()
+	ca := servingCert(t, dir)
+	port := freePort(t)
+	probes, _ := startWebhook(t, []string{
+		"--kubeconfig=" + c.Kubeconfig, "--cert-rotation=false", "--cert-dir=" + dir,
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--namespace=" + ns,
+		"--max-connections=32",
+	}, nil)
+	waitReady(t, 30*time.Second, probes)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	chunk := []byte(strings.Repeat(" ", 32<<10))
+	slow := func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			raw, err := net.DialTimeout("tcp", addr, 3*time.Second)
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			conn := tls.Client(raw, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+			_, err = fmt.Fprintf(conn, "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 7000000\r\n\r\n")
+			for err == nil {
+				select {
+				case <-stop:
+					conn.Close()
+					return
+				case <-time.After(450 * time.Millisecond):
+				}
+				_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+				_, err = conn.Write(chunk)
+			}
+			conn.Close()
+		}
+	}
+	for range 150 {
+		wg.Add(1)
+		go slow()
+	}
+	time.Sleep(3 * time.Second) // every slow client is in its body
+
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for i := range 3 {
+		began := time.Now()
+		// An ordinary review's size (a Pod's, with its old object: tens of KiB).
+		resp, err := client.Post(fmt.Sprintf("https://%s/validate", addr), "application/json", strings.NewReader(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","x":"`+strings.Repeat("x", 40<<10)+`"}`))
+		if err != nil {
+			t.Fatalf("review %d with 150 slow bodies arriving: %v after %s", i, err, time.Since(began).Round(time.Millisecond))
+		}
+		resp.Body.Close()
+		t.Logf("review %d with 150 slow bodies arriving: answered %d in %s", i, resp.StatusCode, time.Since(began).Round(time.Millisecond))
+		client.CloseIdleConnections() // each from a new connection, as a redialled API server's
+	}
+}

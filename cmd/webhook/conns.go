@@ -1,30 +1,42 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/noetl/ehdb-election/webhook"
 )
 
 // This file answers: which connections may stay open? At most max at once (each costs about
-// 50 KiB whatever its client sends), and at the cap a new connection takes the place of one that
-// is doing nothing: the longest idle one (a kept-alive connection between reviews), else the
-// oldest one that has not sent a request within newGrace of opening. Only when every connection
-// is busy with a request does a new one wait in the kernel's backlog.
+// 50 KiB whatever its client sends), and when a new connection arrives at the cap it takes the
+// place of one that is doing nothing the API server would do: the longest idle one (a kept-alive
+// connection between reviews), else the one whose request body has been arriving longest (more
+// than bodyGrace: the API server sends a review in one write), else the oldest one that has not
+// sent a request within newGrace of opening. Only when every connection is busy with a review
+// whose body has arrived does the new one wait for a place.
 //
 // Without the eviction the cap was a door to hold shut: 700 unauthenticated clients that sent one
 // request each and then idled on keep-alive (90 s) held all 256 slots, the API server could not
-// reach the webhook, and armed Pods failed open (the second red team). The API server loses
-// nothing by it: a kept-alive connection closed under it is redialled.
+// reach the webhook, and armed Pods failed open (the second red team); 700 that kept sending a
+// claimed 7 MB body at 32 KiB every 450 ms did the same, fast enough never to be hung up on, and
+// the entries that fail open admitted disarming RBAC (the twelfth). The API server loses nothing
+// by it: a kept-alive connection closed under it is redialled, and its bodies are never slow.
 
 // newGrace is how long a new connection may take for its TLS handshake and first request before
 // it may give up its place: the API server sends its request at once.
 const newGrace = time.Second
 
+// bodyGrace is how long a request's body may take to arrive before its connection may give up
+// its place to a new one: the API server's arrives with its headers.
+const bodyGrace = 50 * time.Millisecond
+
 // capListener is a net.Listener with the cap and eviction above. Its Server must have ConnState
-// set to the listener's track method, so it knows which connections are idle.
+// set to the listener's track method, so it knows which connections are idle, and ConnContext to
+// its connContext, so a request can say its body has arrived (webhook.WithBodyRead).
 type capListener struct {
 	net.Listener
 	max int
@@ -49,6 +61,9 @@ type cappedConn struct {
 	opened time.Time
 	state  http.ConnState
 	since  time.Time // when it entered state
+	// bodyDone is set once the request being served has all of its body (bodyRead), and
+	// cleared when the connection starts on another request.
+	bodyDone bool
 }
 
 func (c *cappedConn) Close() error {
@@ -62,8 +77,19 @@ func (c *cappedConn) Close() error {
 	return err
 }
 
-// Accept waits for a place (making one when a connection is doing nothing), then accepts.
+func (c *cappedConn) bodyRead() {
+	c.l.mu.Lock()
+	c.bodyDone = true
+	c.l.mu.Unlock()
+}
+
+// Accept accepts a connection, then makes a place for it (closing one that is doing nothing) or
+// waits for one, so a place is given up only to a connection that has arrived.
 func (l *capListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	for len(l.open) >= l.max && !l.closed {
 		if victim := l.evictable(time.Now()); victim != nil {
@@ -73,19 +99,18 @@ func (l *capListener) Accept() (net.Conn, error) {
 			continue
 		}
 		// Every connection is at work: wait for one to close or to go idle, checking again
-		// as a new one's grace runs out.
-		timer := time.AfterFunc(newGrace/4, l.freed.Broadcast)
+		// as a body's or a new one's grace runs out.
+		timer := time.AfterFunc(bodyGrace/4, l.freed.Broadcast)
 		l.freed.Wait()
 		timer.Stop()
 	}
-	l.mu.Unlock()
-	conn, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	if l.closed {
+		l.mu.Unlock()
+		conn.Close()
+		return nil, net.ErrClosed
 	}
 	now := time.Now()
 	c := &cappedConn{Conn: conn, l: l, opened: now, state: http.StateNew, since: now}
-	l.mu.Lock()
 	l.open[c] = struct{}{}
 	l.mu.Unlock()
 	return c, nil
@@ -93,19 +118,35 @@ func (l *capListener) Accept() (net.Conn, error) {
 
 // evictable is the connection that gives up its place, or nil. l.mu is held.
 func (l *capListener) evictable(now time.Time) *cappedConn {
-	var idle, fresh *cappedConn
+	var idle, reading, fresh *cappedConn
 	for c := range l.open {
 		switch {
 		case c.state == http.StateIdle && (idle == nil || c.since.Before(idle.since)):
 			idle = c
+		case c.state == http.StateActive && !c.bodyDone && now.Sub(c.since) >= bodyGrace && (reading == nil || c.since.Before(reading.since)):
+			reading = c
 		case c.state == http.StateNew && now.Sub(c.opened) >= newGrace && (fresh == nil || c.opened.Before(fresh.opened)):
 			fresh = c
 		}
 	}
-	if idle != nil {
+	switch {
+	case idle != nil:
 		return idle
+	case reading != nil:
+		return reading
 	}
 	return fresh
+}
+
+// connContext is the Server's ConnContext hook: a request on the connection can say its body has
+// arrived.
+func (l *capListener) connContext(ctx context.Context, conn net.Conn) context.Context {
+	if tc, ok := conn.(*tls.Conn); ok {
+		if c, ok := tc.NetConn().(*cappedConn); ok {
+			return webhook.WithBodyRead(ctx, c.bodyRead)
+		}
+	}
+	return ctx
 }
 
 // track is the Server's ConnState hook: it records what each connection is doing.
@@ -120,6 +161,9 @@ func (l *capListener) track(conn net.Conn, state http.ConnState) {
 	}
 	l.mu.Lock()
 	c.state, c.since = state, time.Now()
+	if state == http.StateActive {
+		c.bodyDone = false // a new request: its body is still to come
+	}
 	l.mu.Unlock()
 	if state == http.StateIdle {
 		l.freed.Broadcast() // a waiting Accept may take its place

@@ -134,6 +134,8 @@ func run(ctx context.Context, o options, cfg *rest.Config, log logr.Logger) erro
 		Owners:      w,
 		Workloads:   w,
 		MaxInFlight: o.maxInFlight,
+		// The body reserve is sized for the connections the server keeps open.
+		MaxConnections: o.maxConnections,
 		// Writes of kube-root-ca.crt's CA by anyone else are refused while writers may be armed.
 		RootCAPublishers: o.rootCAPublishers,
 	}

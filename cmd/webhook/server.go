@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/noetl/ehdb-election/webhook"
 )
 
 // Timeouts of the admission server. The API server sends one review per request and waits at most
@@ -28,8 +30,9 @@ const (
 	// defaultMaxConnections bounds the connections open at once (--max-connections, conns.go).
 	// Each costs about 50 KiB (TLS state, buffers, a goroutine) whatever it sends, so
 	// unauthenticated clients that complete a handshake and send nothing took the webhook from
-	// 43 to 205 MB at 3,000 (the final red team; the chart's limit is 128 Mi).
-	defaultMaxConnections = 256
+	// 43 to 205 MB at 3,000 (the final red team; the chart's limit is 128 Mi); and each may read
+	// the first 64 KiB of a body from a reserve sized for them all (webhook.MaxConnections).
+	defaultMaxConnections = webhook.DefaultMaxConnections
 )
 
 // admissionServer serves the guard over TLS with read, write and idle timeouts (the
@@ -70,6 +73,7 @@ func (s *admissionServer) Start(ctx context.Context) error {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ConnState:         capped.track,
+		ConnContext:       capped.connContext,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		// TLS handshake errors and the like, through the process's structured logger.
 		ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),

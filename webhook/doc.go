@@ -165,7 +165,9 @@
 //     only that access is judged. The guard's own access is kept (rbacself.go): while it serves, a
 //     change that unbinds its ServiceAccount, deletes the account, or takes from a role bound to it
 //     the reads it verifies writers with is refused (guard_access). Out of reach: a grant by
-//     another authorizer (only the RBAC grant is judged), two removals of redundant grants judged at the same instant, RBAC outside the guarded
+//     another authorizer (only the RBAC grant is judged), any two changes judged at the same
+//     instant, each without the other (two ConfigMap edits, two removals, an arming and an
+//     unbinding: the webhook has no transaction and its replicas share no state), RBAC outside the guarded
 //     namespaces, a ClusterRole(Binding) edit while the webhook is down (its entry fails open), and
 //     `helm uninstall` of the webhook's own release (its pre-delete hook removes the webhook first).
 //     The namespace controller's deletes never reach the webhook (the chart's matchConditions): it

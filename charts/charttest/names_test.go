@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // writerRoleName is the name the chart gives the writer's Role and RoleBinding in release.
@@ -86,6 +88,37 @@ func TestTwoReleasesInOneNamespaceAndTheViewRole(t *testing.T) {
 		if _, err := r.cs.RbacV1().Roles(r.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			t.Errorf("release %s: Role %s: %v", rel.name, name, err)
 		}
+	}
+
+	// The first release's guard admits the second release's writer because it is listed, never
+	// because a render against the cluster looked it up: an offline render (helm template, Argo
+	// CD) cannot, and the twelfth red team applied one over the guard Helm had rendered, after
+	// the second writer had been admitted armed; its every renewal was then refused.
+	firstValues := r.values(mustValuesFile(t, "ci/writer-rbac-only-values.yaml"))
+	if _, err := r.helm.Upgrade(ctx, r.name, firstValues); err == nil || !strings.Contains(err.Error(), `add "second-writer" to leaseGuard.otherWriters`) {
+		t.Errorf("an upgrade of the first release that does not list the second's writer: err = %v, want the chart's refusal", err)
+	}
+	listed := r.values(firstValues, map[string]any{"leaseGuard": map[string]any{"otherWriters": []any{"second-writer"}}})
+	if _, err := r.helm.Upgrade(ctx, r.name, listed); err != nil {
+		t.Fatalf("the upgrade listing the second release's writer: %v", err)
+	}
+	live, err := r.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, leaseGuardName(r.name, r.ns), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := Render(r.name, r.ns, listed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offline admissionregistrationv1.ValidatingAdmissionPolicy
+	if u := rendered.Find("ValidatingAdmissionPolicy", live.Name); u == nil {
+		t.Fatalf("the offline render has no ValidatingAdmissionPolicy %s", live.Name)
+	} else if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &offline); err != nil {
+		t.Fatal(err)
+	}
+	want := "system:serviceaccount:" + r.ns + ":second-writer"
+	if on, off := leaseGuardWriters(live), leaseGuardWriters(&offline); !slices.Contains(on, want) || !slices.Equal(on, off) {
+		t.Errorf("the lease guard admits %v as Helm rendered it against the cluster and %v as rendered offline; want both the same, with %s", on, off, want)
 	}
 
 	if _, err := r.cs.RbacV1().RoleBindings(r.ns).Create(ctx, &rbacv1.RoleBinding{

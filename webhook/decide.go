@@ -188,6 +188,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 
 	// 3. The order check, on every shard the object arms that was not armed before.
 	ordered := len(d.Unmet)
+	replaced := map[int]bool{} // for a Replacing Pod: the unmet order checks of shards elected before
 	if scope.applies {
 		for i, ev := range elections {
 			if !ev.namespace.Known() || ev.tooMany > 0 || (ev.enabled && ev.shardCertain) {
@@ -208,7 +209,17 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 					fmt.Sprintf("keep the Leases in a guarded namespace (unset %s), or add %s to the chart's webhook.guardedNamespaces.", electionenv.EnvNamespace, ev.namespace.Text))
 				continue
 			}
-			d.checkLeases(f, ev.namespace.Text, scope.added(ev.namespace.Text, ev.shards))
+			added := scope.added(ev.namespace.Text, ev.shards)
+			if w.Replacing {
+				elected, fresh := electedBefore(f, ev.namespace.Text, added)
+				before := len(d.Unmet)
+				d.checkLeases(f, ev.namespace.Text, elected)
+				for j := before; j < len(d.Unmet); j++ {
+					replaced[j] = true
+				}
+				added = fresh
+			}
+			d.checkLeases(f, ev.namespace.Text, added)
 		}
 	}
 	if scope.idle != "" {
@@ -220,6 +231,9 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	if w.OwnerUnverified != "" {
 		// The guard could not look at the owner that may have been judged: not a finding.
 		for i := ordered; i < len(d.Unmet); i++ {
+			if w.Replacing && !replaced[i] {
+				continue
+			}
 			d.Unmet[i].Reason = ReasonCouldNotVerify
 			d.Unmet[i].Problem = truncate("could not verify that "+w.OwnerUnverified+" was order-checked for this Pod, and "+d.Unmet[i].Problem, 400)
 		}

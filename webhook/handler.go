@@ -273,7 +273,7 @@ func (h *Handler) verifyOwner(w *Workload, creating bool) {
 		w.Controller += " (" + why + ")"
 		switch {
 		case rev != "":
-			w.OwnerUnverified = rev
+			w.OwnerUnverified, w.Replacing = rev, true
 		case w.Kind == gvkPod.Kind && !known:
 			w.OwnerUnverified = "its controller " + w.Controller
 		}

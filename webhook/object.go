@@ -50,6 +50,11 @@ type Workload struct {
 	// would exempt it: the order check then runs, and a failure of it is "could not verify" (so
 	// the Pod fails open), since the guard could not look rather than found it unjudged.
 	OwnerUnverified string
+	// Replacing, set with OwnerUnverified on a StatefulSet's Pod made from the set's current
+	// revision (revision.go), narrows that leniency to the shards whose election has minted
+	// before: a replacement of a writer that ran. A shard never elected still needs the order
+	// check (the set may have been scaled up below its partition onto revision it never judged).
+	Replacing bool
 	// ExemptBy, set on an exempt Pod, is its controller as the webhook fetched it: the Pod is
 	// accounted for only on the shards that owner was judged for (transition.go).
 	ExemptBy *Workload

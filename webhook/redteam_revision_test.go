@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -24,7 +25,8 @@ import (
 // found the replacement was not its set's template, judged it bare, and refused it as
 // lease_not_live: the one Pod that could renew the Lease, 25 times, until the rollout was undone.
 // Now such a Pod, with the containers of the revision its set names current, is admitted ("could
-// not verify", as the guard judges templates, not revisions); anything else stays judged.
+// not verify", as the guard judges templates, not revisions) on a shard whose election has minted
+// before; anything else stays judged.
 func TestAPodBelowTheCanaryPartitionIsItsCurrentRevisions(t *testing.T) {
 	old := sts(compliant()...) // revision w-r1: what ordinal 0 runs
 	canary := sts(append(compliant(), envVar(corev1.EnvVar{Name: "CANARY", Value: "1"}))...)
@@ -59,24 +61,37 @@ func TestAPodBelowTheCanaryPartitionIsItsCurrentRevisions(t *testing.T) {
 		return p
 	}
 	other := sts(append(compliant(), envVar(corev1.EnvVar{Name: "OTHER", Value: "x"}))...)
+	// The leases: a crashed writer's, minted and expired; none (the shard was never elected: a
+	// set scaled up below its partition onto the current revision); one never minted.
+	expired := func(r *wt.Resolver) {
+		for _, s := range []uint32{0, 1} {
+			r.Leases[lease(ns, s)] = wt.LiveLease(ns, s, now.Add(-time.Hour), 3).Spec
+		}
+	}
+	none := func(r *wt.Resolver) {}
+	unminted := func(r *wt.Resolver) { r.Leases[lease(ns, 0)] = wt.LiveLease(ns, 0, now.Add(-time.Hour), 0).Spec }
 	cases := []struct {
 		name    string
 		owners  fakeOwners
+		leases  func(*wt.Resolver)
 		obj     *corev1.Pod
 		allowed bool
 		msg     string
 	}{
-		{"ordinal 0 made from the current revision (a crashed writer's replacement)", owners("sts-uid"), podOf(old, "0", "r1"), true, "current revision " + canary.Name + "-r1"},
-		{"ordinal 1 made from the update revision (the canary)", owners("sts-uid"), podOf(canary, "1", "r2"), true, ""},
-		{"ordinal 0 naming the current revision with containers of neither", owners("sts-uid"), podOf(other, "0", "r1"), false, "(shard 0) does not exist"},
-		{"ordinal 1, above the partition, with the current revision's containers", owners("sts-uid"), podOf(old, "1", "r1"), false, "(shard 1) does not exist"},
-		{"ordinal 0 naming the update revision with the current revision's containers", owners("sts-uid"), podOf(old, "0", "r2"), false, "(shard 0) does not exist"},
-		{"a revision of that name another set controls", owners("another-uid"), podOf(old, "0", "r1"), false, "(shard 0) does not exist"},
+		{"ordinal 0 made from the current revision (a crashed writer's replacement)", owners("sts-uid"), expired, podOf(old, "0", "r1"), true, "current revision " + canary.Name + "-r1"},
+		{"ordinal 1 made from the update revision (the canary)", owners("sts-uid"), expired, podOf(canary, "1", "r2"), true, ""},
+		{"ordinal 0 naming the current revision with containers of neither", owners("sts-uid"), expired, podOf(other, "0", "r1"), false, "(shard 0) expired"},
+		{"ordinal 1, above the partition, with the current revision's containers", owners("sts-uid"), expired, podOf(old, "1", "r1"), false, "(shard 1) expired"},
+		{"ordinal 0 naming the update revision with the current revision's containers", owners("sts-uid"), expired, podOf(old, "0", "r2"), false, "(shard 0) expired"},
+		{"a revision of that name another set controls", owners("another-uid"), expired, podOf(old, "0", "r1"), false, "(shard 0) expired"},
+		{"ordinal 0 from the current revision on a shard never elected", owners("sts-uid"), none, podOf(old, "0", "r1"), false, "(shard 0) does not exist"},
+		{"ordinal 0 from the current revision on a shard never minted", owners("sts-uid"), unminted, podOf(old, "0", "r1"), false, "no fencing token has been minted"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := goodCluster()
-			clear(cluster.Leases) // the crashed writer's Lease has expired
+			clear(cluster.Leases)
+			tc.leases(cluster)
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Owners: tc.owners}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)

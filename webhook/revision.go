@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/noetl/ehdb-election/internal/electionenv"
 )
 
 // This file answers: did a StatefulSet's controller make this Pod from the set's current
@@ -21,7 +23,10 @@ import (
 // order check then wants live (the twelfth red team deleted one, and its shard stayed down until
 // the rollout was undone). The guard judges a set's template, not its revisions, so it cannot say
 // the revision was order-checked for this shard: the Pod's order check is "could not verify",
-// which a Pod passes with a warning (Pods fail open), while the rest of it is judged as ever.
+// which a Pod passes with a warning (Pods fail open), while the rest of it is judged as ever; but
+// only on a shard whose election has minted before (electedBefore). A shard never elected is new
+// to the set (scaled up below the partition onto the current revision, which the set's own review
+// judged as its template): its order check stands.
 
 // Revisions reads the pod template of a StatefulSet's ControllerRevision. The webhook's Owners
 // implement it too (a GET; a revision is read only for a Pod its set's template does not match).
@@ -83,4 +88,18 @@ func (h *Handler) fromCurrentRevision(p, owner *Workload, creating bool) string 
 		return ""
 	}
 	return fmt.Sprintf("its controller %s, which made it from its current revision %s (as it makes the pods below its partition during a rollout; the guard judges a set's template, not its revisions),", p.Controller, owner.CurrentRevision)
+}
+
+// electedBefore splits shards into those whose Lease in ns exists with an epoch of at least 1 (the
+// shard's election has minted: a Pod there replaces a writer that ran) and the rest.
+func electedBefore(f *Facts, ns string, shards []uint32) (elected, fresh []uint32) {
+	for _, s := range shards {
+		lf, ok := f.Leases[types.NamespacedName{Namespace: ns, Name: electionenv.LeaseName(s)}]
+		if ok && lf.Err == nil && !lf.NotFound && lf.Spec.LeaseTransitions != nil && *lf.Spec.LeaseTransitions >= 1 {
+			elected = append(elected, s)
+		} else {
+			fresh = append(fresh, s)
+		}
+	}
+	return elected, fresh
 }

@@ -2,6 +2,8 @@ package charttest
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +90,41 @@ func TestRedTeamCanaryPartitionReplacement(t *testing.T) {
 			return false, nil
 		}
 		return err == nil && p.DeletionTimestamp == nil && p.Labels[appsv1.StatefulSetRevisionLabel] == current, err
+	})
+
+	// Only a replacement: the template set to shadow with the partition above the replicas, then a
+	// scale-up, makes the controller create ordinal 2 from the armed current revision, on a shard
+	// never elected. The set's review judged its (shadow) template; the Pod's order check stands.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := sets.Get(ctx, set.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i, e := range got.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "NOETL_EHDB_FENCING" {
+				got.Spec.Template.Spec.Containers[0].Env[i].Value = "shadow"
+			}
+		}
+		got.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To[int32](5)
+		got.Spec.Replicas = ptr.To[int32](3)
+		_, err = sets.Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("the shadow template with the partition above the replicas, scaled to 3: %v", err)
+	}
+	waitFor(t, 60*time.Second, "the guard to refuse canary-2, made from revision "+current+" on a shard never elected", func(ctx context.Context) (bool, error) {
+		if _, err := pods.Get(ctx, "canary-2", metav1.GetOptions{}); err == nil {
+			return false, errors.New("canary-2 was admitted: an armed Pod on a shard whose election never ran, with no order check")
+		}
+		evs, err := rt.cs.CoreV1().Events(rt.ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + set.Name, ResourceVersion: "0"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "FailedCreate" && strings.Contains(e.Message, "canary-2") && strings.Contains(e.Message, "(shard 2) does not exist") {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 }

@@ -54,6 +54,11 @@ func TestAPodBelowTheCanaryPartitionIsItsCurrentRevisions(t *testing.T) {
 			"ControllerRevision/" + ns + "/" + canary.Name + "-r1": revision(canary.Name+"-r1", revOwner, old.Spec.Template),
 		}}
 	}
+	// The set held at a partition above its replicas (a paused rollout).
+	paused := owners("sts-uid")
+	held := cached.DeepCopy()
+	held.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To[int32](10)
+	paused.owners["StatefulSet/"+ns+"/"+canary.Name] = held
 	podOf := func(from *appsv1.StatefulSet, ordinal, rev string) *corev1.Pod {
 		p := pod(from, canary.Name+"-"+ordinal)
 		p.OwnerReferences[0].UID = "sts-uid"
@@ -84,6 +89,12 @@ func TestAPodBelowTheCanaryPartitionIsItsCurrentRevisions(t *testing.T) {
 		{"ordinal 1, above the partition, with the current revision's containers", owners("sts-uid"), expired, podOf(old, "1", "r1"), false, "(shard 1) expired"},
 		{"ordinal 0 naming the update revision with the current revision's containers", owners("sts-uid"), expired, podOf(old, "0", "r2"), false, "(shard 0) expired"},
 		{"a revision of that name another set controls", owners("another-uid"), expired, podOf(old, "0", "r1"), false, "(shard 0) expired"},
+		// The thirteenth red team: a hand-made Pod of an ordinal the set does not have, below a
+		// partition above the replicas, on a shard elected long ago (a set scaled down since).
+		{"ordinal 5, below the partition but beyond the replicas, its shard elected before", paused, func(r *wt.Resolver) {
+			r.Leases[lease(ns, 5)] = wt.LiveLease(ns, 5, now.Add(-time.Hour), 2).Spec
+		}, podOf(old, "5", "r1"), false, "(shard 5) expired"},
+		{"ordinal 0 of the paused rollout from the current revision, its shard elected before", paused, expired, podOf(old, "0", "r1"), true, "current revision"},
 		{"ordinal 0 from the current revision on a shard never elected", owners("sts-uid"), none, podOf(old, "0", "r1"), false, "(shard 0) does not exist"},
 		{"ordinal 0 from the current revision on a shard never minted", owners("sts-uid"), unminted, podOf(old, "0", "r1"), false, "no fencing token has been minted"},
 	}

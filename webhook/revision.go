@@ -72,7 +72,10 @@ func (h *Handler) fromCurrentRevision(p, owner *Workload, creating bool) string 
 		return ""
 	}
 	n, err := strconv.ParseInt(strings.TrimPrefix(p.Pod.Meta.Name, owner.Name+"-"), 10, 32)
-	if err != nil || !strings.HasPrefix(p.Pod.Meta.Name, owner.Name+"-") || n < int64(owner.OrdinalStart) || n >= int64(owner.OrdinalStart)+int64(owner.CurrentBelow) {
+	// Below the partition and among the set's ordinals: the controller makes no pod beyond its
+	// replicas (the thirteenth red team's hand-made Pod of ordinal 8 under a set of 2, partition 10).
+	if err != nil || !strings.HasPrefix(p.Pod.Meta.Name, owner.Name+"-") || n < int64(owner.OrdinalStart) ||
+		n >= int64(owner.OrdinalStart)+int64(min(owner.CurrentBelow, owner.Replicas)) {
 		return ""
 	}
 	tmpl, found, known := revs.RevisionTemplate(owner.Namespace, owner.CurrentRevision, types.UID(owner.UID))

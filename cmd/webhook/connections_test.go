@@ -183,3 +183,76 @@ func TestSlowBodiesCannotHoldTheGuard(t *testing.T) {
 		client.CloseIdleConnections() // each from a new connection, as a redialled API server's
 	}
 }
+
+// TestSilentConnectsCannotHoldTheGuard is the thirteenth red team's flood: plain TCP connects, no
+// TLS, nothing sent, 200 a second. A silent new connection could give up its place only after 1 s,
+// so the server took in at most the cap a second; the rest queued in the kernel ahead of the API
+// server's dial until its calls timed out, and the fail-open entries admitted an armed bare Pod
+// and a disarming ClusterRoleBinding delete. Now a silent connection gives up its place to any
+// newer one (those of the source with the most of them first), so the accept queue never stalls.
+// With --max-connections=32 and 300 connects a second, a review from a new client is answered.
+func TestSilentConnectsCannotHoldTheGuard(t *testing.T) {
+	c := testcluster.ForTest(t)
+	ns := c.NewNamespace(t)
+	dir := t.TempDir()
+	ca := servingCert(t, dir)
+	port := freePort(t)
+	probes, _ := startWebhook(t, []string{
+		"--kubeconfig=" + c.Kubeconfig, "--cert-rotation=false", "--cert-dir=" + dir,
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--namespace=" + ns,
+		"--max-connections=32",
+	}, nil)
+	waitReady(t, 30*time.Second, probes)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	open := make(chan struct{}, 1500) // at most this many held at once
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second / 300)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			select {
+			case open <- struct{}{}:
+			default:
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-open }()
+				conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				go func() { <-stop; conn.Close() }()
+				var b [1]byte
+				_, _ = conn.Read(b[:]) // until the server closes it
+			}()
+		}
+	}()
+	time.Sleep(3 * time.Second)
+
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	for i := range 3 {
+		began := time.Now()
+		resp, err := client.Post(fmt.Sprintf("https://%s/validate", addr), "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatalf("review %d with 300 silent connects a second: %v after %s", i, err, time.Since(began).Round(time.Millisecond))
+		}
+		resp.Body.Close()
+		t.Logf("review %d with 300 silent connects a second: answered %d in %s", i, resp.StatusCode, time.Since(began).Round(time.Millisecond))
+		client.CloseIdleConnections()
+	}
+}

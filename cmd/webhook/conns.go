@@ -13,23 +13,24 @@ import (
 
 // This file answers: which connections may stay open? At most max at once (each costs about
 // 50 KiB whatever its client sends), and when a new connection arrives at the cap it takes the
-// place of one that is doing nothing the API server would do: the one whose request body has
-// been arriving longest (more than bodyGrace: the API server sends a review in one write), else
-// the longest idle one (a kept-alive connection between reviews: closing one races the API
-// server's next request on it, which then fails, so it goes second; the bench saw one EOF), else
-// the oldest one that has not sent a request within newGrace of opening. Only when every connection is busy with a review
-// whose body has arrived does the new one wait for a place.
+// place of one that is doing nothing the API server would do, in this order:
+//   - the one whose request body has been arriving longest (more than bodyGrace: the API server
+//     sends a review in one write);
+//   - a new one that has sent no request yet, of the client address holding the most of them,
+//     the oldest: the API server sends its request as soon as its TLS handshake is done, so only
+//     a flood of connects faster than max per handshake could catch one of its own;
+//   - the longest idle one (a kept-alive connection between reviews: closing one races the API
+//     server's next request on it, which then fails, so it goes last; the bench saw one EOF).
+// Only when every connection is busy with a review whose body has arrived does the new one wait.
 //
 // Without the eviction the cap was a door to hold shut: 700 unauthenticated clients that sent one
-// request each and then idled on keep-alive (90 s) held all 256 slots, the API server could not
-// reach the webhook, and armed Pods failed open (the second red team); 700 that kept sending a
-// claimed 7 MB body at 32 KiB every 450 ms did the same, fast enough never to be hung up on, and
-// the entries that fail open admitted disarming RBAC (the twelfth). The API server loses nothing
-// by it: a kept-alive connection closed under it is redialled, and its bodies are never slow.
-
-// newGrace is how long a new connection may take for its TLS handshake and first request before
-// it may give up its place: the API server sends its request at once.
-const newGrace = time.Second
+// request each and then idled on keep-alive held all 256 places and the API server could not
+// reach the webhook, so armed Pods failed open (the second red team); 700 that kept sending a
+// claimed 7 MB body at 32 KiB every 450 ms did the same (the twelfth); and 200 plain TCP connects
+// a second, sending nothing, did it while silent connections could give up their place only after
+// a second: the server took in at most max a second and the API server's dial queued behind the
+// rest in the kernel until its calls timed out (the thirteenth). The API server loses nothing by
+// it: a kept-alive connection closed under it is redialled, and its bodies are never slow.
 
 // bodyGrace is how long a request's body may take to arrive before its connection may give up
 // its place to a new one: the API server's arrives with its headers.
@@ -62,6 +63,7 @@ type cappedConn struct {
 	opened time.Time
 	state  http.ConnState
 	since  time.Time // when it entered state
+	host   string    // the client's address, without its port
 	// bodyDone is set once the request being served has all of its body (bodyRead), and
 	// cleared when the connection starts on another request.
 	bodyDone bool
@@ -99,8 +101,8 @@ func (l *capListener) Accept() (net.Conn, error) {
 			l.mu.Lock()
 			continue
 		}
-		// Every connection is at work: wait for one to close or to go idle, checking again
-		// as a body's or a new one's grace runs out.
+		// Every connection is at work on a review: wait for one to close or to go idle,
+		// checking again as a body's grace runs out.
 		timer := time.AfterFunc(bodyGrace/4, l.freed.Broadcast)
 		l.freed.Wait()
 		timer.Stop()
@@ -111,7 +113,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 		return nil, net.ErrClosed
 	}
 	now := time.Now()
-	c := &cappedConn{Conn: conn, l: l, opened: now, state: http.StateNew, since: now}
+	c := &cappedConn{Conn: conn, l: l, opened: now, state: http.StateNew, since: now, host: remoteHost(conn)}
 	l.open[c] = struct{}{}
 	l.mu.Unlock()
 	return c, nil
@@ -119,24 +121,34 @@ func (l *capListener) Accept() (net.Conn, error) {
 
 // evictable is the connection that gives up its place, or nil. l.mu is held.
 func (l *capListener) evictable(now time.Time) *cappedConn {
-	var idle, reading, fresh *cappedConn
+	var reading, idle *cappedConn
+	silent := map[string][]*cappedConn{} // new connections with no request yet, by client host
 	for c := range l.open {
 		switch {
-		case c.state == http.StateIdle && (idle == nil || c.since.Before(idle.since)):
-			idle = c
 		case c.state == http.StateActive && !c.bodyDone && now.Sub(c.since) >= bodyGrace && (reading == nil || c.since.Before(reading.since)):
 			reading = c
-		case c.state == http.StateNew && now.Sub(c.opened) >= newGrace && (fresh == nil || c.opened.Before(fresh.opened)):
-			fresh = c
+		case c.state == http.StateNew:
+			silent[c.host] = append(silent[c.host], c)
+		case c.state == http.StateIdle && (idle == nil || c.since.Before(idle.since)):
+			idle = c
 		}
 	}
-	switch {
-	case reading != nil:
+	if reading != nil {
 		return reading
-	case idle != nil:
-		return idle
 	}
-	return fresh
+	var fresh *cappedConn
+	most := 0
+	for _, cs := range silent {
+		for _, c := range cs {
+			if len(cs) > most || (len(cs) == most && c.opened.Before(fresh.opened)) {
+				fresh, most = c, len(cs)
+			}
+		}
+	}
+	if fresh != nil {
+		return fresh
+	}
+	return idle
 }
 
 // connContext is the Server's ConnContext hook: a request on the connection can say its body has
@@ -177,4 +189,13 @@ func (l *capListener) Close() error {
 	l.mu.Unlock()
 	l.freed.Broadcast()
 	return l.Listener.Close()
+}
+
+// remoteHost is conn's client address without its port ("" when it has none).
+func remoteHost(conn net.Conn) string {
+	host, _, err := net.SplitHostPort(conn.RemoteAddr().String())
+	if err != nil {
+		return conn.RemoteAddr().String()
+	}
+	return host
 }

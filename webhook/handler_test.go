@@ -110,6 +110,9 @@ func TestHandlerRefusesMalformedReviews(t *testing.T) {
 		{"no request", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), 400, false, ""},
 		{"null request", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}`), 400, false, ""},
 		{"request not an object", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":7}`), 400, false, ""},
+		// The thirteenth red team's 7 MB uids, echoed in the answer and copied into the logs.
+		{"a uid longer than the API server's", "application/json", longField(t, good, "uid", 129), 400, false, ""},
+		{"a name longer than any object's", "application/json", longField(t, good, "name", 254), 400, false, ""},
 		{"empty request", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`), 200, true, "no request"},
 		{"no object", "application/json", wt.Review(t, admissionv1.Create, stsKind, nil, nil), 200, true, "no object"},
 		{"object of another kind", "application/json", wt.Review(t, admissionv1.Create, stsKind, &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}}, nil), 200, true, "request says"},
@@ -135,6 +138,21 @@ func TestHandlerRefusesMalformedReviews(t *testing.T) {
 			}
 		})
 	}
+}
+
+// longField is review with its request's field set to n bytes.
+func longField(t *testing.T, review []byte, field string, n int) []byte {
+	t.Helper()
+	var rv map[string]any
+	if err := json.Unmarshal(review, &rv); err != nil {
+		t.Fatal(err)
+	}
+	rv["request"].(map[string]any)[field] = strings.Repeat("<", n)
+	out, err := json.Marshal(rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestHandlerHasNoOpinionOnOtherKinds(t *testing.T) {

@@ -3,12 +3,14 @@ package webhook_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -189,4 +191,33 @@ func countClosed(as []*attacker) int {
 		}
 	}
 	return n
+}
+
+// The transport says where each request is, so the server's connection cap can tell a client
+// that does not read its answers (the thirteenth red team pipelined reviews and read nothing,
+// holding every place) from one at work: its body read, its answer being written, written. A
+// malformed review's answer is marked as one too.
+func TestTheTransportSaysWhereARequestIs(t *testing.T) {
+	var mu sync.Mutex
+	var phases []webhook.Phase
+	h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}}
+	srv := httptest.NewUnstartedServer(webhook.NewHTTPHandler(h))
+	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		return webhook.WithPhases(ctx, func(p webhook.Phase) { mu.Lock(); phases = append(phases, p); mu.Unlock() })
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	want := []webhook.Phase{webhook.PhaseBodyRead, webhook.PhaseAnswering, webhook.PhaseAnswered}
+	for _, body := range [][]byte{wt.Review(t, admissionv1.Create, stsKind, sts(compliant()...), nil), []byte(`{}`)} {
+		mu.Lock()
+		phases = nil
+		mu.Unlock()
+		post(t, srv.URL, "application/json", body)
+		mu.Lock()
+		got := slices.Clone(phases)
+		mu.Unlock()
+		if !slices.Equal(got, want) {
+			t.Errorf("%.40s: phases %v, want %v", body, got, want)
+		}
+	}
 }

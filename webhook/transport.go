@@ -46,20 +46,39 @@ const (
 // first smallBody bytes is then 16 MiB.
 const DefaultMaxConnections = 2 * DefaultMaxInFlight
 
-type bodyReadKey struct{}
+// Phase is where a request is in its connection's handling, as the handler reports it
+// (WithPhases).
+type Phase int
 
-// WithBodyRead returns ctx carrying f, which the handler calls once a request's whole body has
-// arrived. A server that caps its connections can so tell one whose body is still arriving —
-// never the API server's, which sends a review in one write — from one at work.
-func WithBodyRead(ctx context.Context, f func()) context.Context {
-	return context.WithValue(ctx, bodyReadKey{}, f)
+const (
+	// PhaseBodyRead: the request's whole body has arrived.
+	PhaseBodyRead Phase = iota
+	// PhaseAnswering: the answer is being written.
+	PhaseAnswering
+	// PhaseAnswered: the answer has been written and flushed.
+	PhaseAnswered
+)
+
+type phasesKey struct{}
+
+// WithPhases returns ctx carrying f, which the handler calls as a request on the connection
+// reaches each Phase. A server that caps its connections can so tell one whose body is still
+// arriving, or whose answer its client does not read — never the API server's, which sends a
+// review in one write and reads its answer at once — from one at work.
+func WithPhases(ctx context.Context, f func(Phase)) context.Context {
+	return context.WithValue(ctx, phasesKey{}, f)
 }
 
-func bodyRead(ctx context.Context) {
-	if f, ok := ctx.Value(bodyReadKey{}).(func()); ok {
-		f()
+func reached(ctx context.Context, p Phase) {
+	if f, ok := ctx.Value(phasesKey{}).(func(Phase)); ok {
+		f(p)
 	}
 }
+
+// answerTimeout is how long after a review's deadline its answer may take to be written. A
+// client that does not read its answers (the thirteenth red team pipelined reviews and read
+// nothing) holds its connection until then, not for the server's 35 s write timeout.
+const answerTimeout = time.Second
 
 // NewHTTPHandler serves h at an admission path. It reads the body before anything else, counting
 // what arrives against the body budget, and hangs up on a client that sends slower than 32 KiB/s;
@@ -124,26 +143,47 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(err.Error(), status)
 		return
 	}
-	bodyRead(r.Context())
+	reached(r.Context(), PhaseBodyRead)
+	rc := http.NewResponseController(w)
+	if d, ok := ctx.Deadline(); ok {
+		_ = rc.SetWriteDeadline(d.Add(answerTimeout))
+	}
+	// answer writes what write writes and flushes it, the connection marked as answering.
+	answer := func(write func() error) error {
+		reached(r.Context(), PhaseAnswering)
+		defer reached(r.Context(), PhaseAnswered)
+		if err := write(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	plain := func(msg string, code int) {
+		_ = answer(func() error { http.Error(w, msg, code); return nil })
+	}
 
 	select {
 	case t.slots <- struct{}{}:
-		defer func() { <-t.slots }()
 	case <-ctx.Done():
-		http.Error(w, fmt.Sprintf("the guard is working on %d reviews already; try again", t.limit), http.StatusTooManyRequests)
+		plain(fmt.Sprintf("the guard is working on %d reviews already; try again", t.limit), http.StatusTooManyRequests)
 		return
 	}
 	req, err := decodeReview(body)
 	if err != nil {
-		http.Error(w, "malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
+		<-t.slots
+		plain("malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	resp := t.h.Handle(ctx, req)
-	resp.UID = req.UID
+	// Judged: the slot and the body's budget are free before the answer is written, so a client
+	// that does not read it holds neither.
+	<-t.slots
+	uid := req.UID
+	charge.release()
+	resp.UID = uid
 	w.Header().Set("Content-Type", "application/json")
 	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: &resp.AdmissionResponse}
-	if err := json.NewEncoder(w).Encode(out); err != nil {
-		t.h.logger(ctx).Info("could not write the answer", "error", err.Error(), "uid", req.UID)
+	if err := answer(func() error { return json.NewEncoder(w).Encode(out) }); err != nil {
+		t.h.logger(ctx).Info("could not write the answer", "error", err.Error(), "uid", uid)
 	}
 }
 
@@ -218,8 +258,27 @@ func decodeReview(body []byte) (Request, error) {
 	if env.Request == nil {
 		return Request{}, errors.New("no request")
 	}
-	return Request{AdmissionRequest: *env.Request}, nil
+	r := env.Request
+	for _, f := range []struct {
+		name  string
+		value string
+		max   int
+	}{
+		{"uid", string(r.UID), maxUID}, {"name", r.Name, 253}, {"namespace", r.Namespace, 63}, {"subResource", r.SubResource, 253},
+		{"operation", string(r.Operation), 16}, {"kind.group", r.Kind.Group, 253}, {"kind.version", r.Kind.Version, 63}, {"kind.kind", r.Kind.Kind, 253},
+		{"resource.group", r.Resource.Group, 253}, {"resource.version", r.Resource.Version, 63}, {"resource.resource", r.Resource.Resource, 253},
+	} {
+		if len(f.value) > f.max {
+			return Request{}, fmt.Errorf("request.%s is %d bytes, longer than the API server ever sends (%d)", f.name, len(f.value), f.max)
+		}
+	}
+	return Request{AdmissionRequest: *r}, nil
 }
+
+// maxUID bounds the request uid the answer echoes and the logs carry: the API server's is a UUID
+// (36 bytes). The thirteenth red team's 7 MB uids, each copied into two log lines and an answer
+// that escaped it six-fold, took the webhook past 220 MB of memory within a second.
+const maxUID = 128
 
 // requestDeadline is the context of one review: it ends at 90% of the timeout the API server
 // put in the URL (?timeout=5s), leaving time to answer, and never later than max (0: 4 s).

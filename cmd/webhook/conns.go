@@ -14,8 +14,9 @@ import (
 // This file answers: which connections may stay open? At most max at once (each costs about
 // 50 KiB whatever its client sends), and when a new connection arrives at the cap it takes the
 // place of one that is doing nothing the API server would do, in this order:
-//   - the one whose request body has been arriving longest (more than bodyGrace: the API server
-//     sends a review in one write);
+//   - the one whose request has waited on its client longest: a body arriving for more than
+//     bodyGrace (the API server sends a review in one write), or an answer unread for more than
+//     answerGrace (the API server reads it at once);
 //   - a new one that has sent no request yet, of the client address holding the most of them,
 //     the oldest: the API server sends its request as soon as its TLS handshake is done, so only
 //     a flood of connects faster than max per handshake could catch one of its own;
@@ -36,9 +37,14 @@ import (
 // its place to a new one: the API server's arrives with its headers.
 const bodyGrace = 50 * time.Millisecond
 
+// answerGrace is how long an answer may take to be written before its connection may give up its
+// place: the API server reads its answer at once, and an answer of a few KiB fits the socket's
+// buffer. A client that pipelines reviews and reads nothing fills it (the thirteenth red team).
+const answerGrace = 100 * time.Millisecond
+
 // capListener is a net.Listener with the cap and eviction above. Its Server must have ConnState
 // set to the listener's track method, so it knows which connections are idle, and ConnContext to
-// its connContext, so a request can say its body has arrived (webhook.WithBodyRead).
+// its connContext, so a request can say where it is (webhook.WithPhases).
 type capListener struct {
 	net.Listener
 	max int
@@ -64,9 +70,11 @@ type cappedConn struct {
 	state  http.ConnState
 	since  time.Time // when it entered state
 	host   string    // the client's address, without its port
-	// bodyDone is set once the request being served has all of its body (bodyRead), and
-	// cleared when the connection starts on another request.
-	bodyDone bool
+	// bodyDone is set once the request being served has all of its body, answering while its
+	// answer is being written (reached); both are cleared when the connection starts on another
+	// request.
+	bodyDone  bool
+	answering time.Time
 }
 
 func (c *cappedConn) Close() error {
@@ -80,9 +88,17 @@ func (c *cappedConn) Close() error {
 	return err
 }
 
-func (c *cappedConn) bodyRead() {
+// reached records where the connection's request is (webhook.WithPhases).
+func (c *cappedConn) reached(p webhook.Phase) {
 	c.l.mu.Lock()
-	c.bodyDone = true
+	switch p {
+	case webhook.PhaseBodyRead:
+		c.bodyDone = true
+	case webhook.PhaseAnswering:
+		c.answering = time.Now()
+	case webhook.PhaseAnswered:
+		c.answering = time.Time{}
+	}
 	c.l.mu.Unlock()
 }
 
@@ -122,11 +138,14 @@ func (l *capListener) Accept() (net.Conn, error) {
 // evictable is the connection that gives up its place, or nil. l.mu is held.
 func (l *capListener) evictable(now time.Time) *cappedConn {
 	var reading, idle *cappedConn
+	var stuckSince time.Time
 	silent := map[string][]*cappedConn{} // new connections with no request yet, by client host
 	for c := range l.open {
 		switch {
-		case c.state == http.StateActive && !c.bodyDone && now.Sub(c.since) >= bodyGrace && (reading == nil || c.since.Before(reading.since)):
-			reading = c
+		case c.state == http.StateActive && c.stuck(now):
+			if at := c.stuckSince(); reading == nil || at.Before(stuckSince) {
+				reading, stuckSince = c, at
+			}
 		case c.state == http.StateNew:
 			silent[c.host] = append(silent[c.host], c)
 		case c.state == http.StateIdle && (idle == nil || c.since.Before(idle.since)):
@@ -151,12 +170,26 @@ func (l *capListener) evictable(now time.Time) *cappedConn {
 	return idle
 }
 
+// stuck reports whether c's request is waiting on its client: a body arriving for more than
+// bodyGrace, or an answer not read for more than answerGrace. l.mu is held.
+func (c *cappedConn) stuck(now time.Time) bool {
+	return (!c.bodyDone && now.Sub(c.since) >= bodyGrace) || (!c.answering.IsZero() && now.Sub(c.answering) >= answerGrace)
+}
+
+// stuckSince is when c's request began to wait on its client. l.mu is held.
+func (c *cappedConn) stuckSince() time.Time {
+	if !c.bodyDone {
+		return c.since
+	}
+	return c.answering
+}
+
 // connContext is the Server's ConnContext hook: a request on the connection can say its body has
 // arrived.
 func (l *capListener) connContext(ctx context.Context, conn net.Conn) context.Context {
 	if tc, ok := conn.(*tls.Conn); ok {
 		if c, ok := tc.NetConn().(*cappedConn); ok {
-			return webhook.WithBodyRead(ctx, c.bodyRead)
+			return webhook.WithPhases(ctx, c.reached)
 		}
 	}
 	return ctx
@@ -175,7 +208,7 @@ func (l *capListener) track(conn net.Conn, state http.ConnState) {
 	l.mu.Lock()
 	c.state, c.since = state, time.Now()
 	if state == http.StateActive {
-		c.bodyDone = false // a new request: its body is still to come
+		c.bodyDone, c.answering = false, time.Time{} // a new request: its body is still to come
 	}
 	l.mu.Unlock()
 	if state == http.StateIdle {

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// Which connection gives up its place at the cap, as a table over what each one is doing. The
+// thirteenth red team held every place with clients that pipelined complete reviews and read no
+// answer (their requests looked at work, so nothing was evicted), and before that with silent
+// connects and with slowly arriving bodies.
+func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
+	now := time.Now()
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	conn := func(name string, state http.ConnState, since time.Time, edit func(*cappedConn)) *cappedConn {
+		c := &cappedConn{Conn: stubConn{name}, opened: since, state: state, since: since, host: "10.0.0.1"}
+		if edit != nil {
+			edit(c)
+		}
+		return c
+	}
+	judging := func(c *cappedConn) { c.bodyDone = true } // body in, being judged
+	unread := func(d time.Duration) func(*cappedConn) {
+		return func(c *cappedConn) { c.bodyDone, c.answering = true, ago(d) }
+	}
+	otherHost := func(c *cappedConn) { c.host = "10.0.0.2" }
+	cases := []struct {
+		name  string
+		conns []*cappedConn
+		want  string // "" for none: the new connection waits
+	}{
+		{"every request judged: none", []*cappedConn{conn("a", http.StateActive, ago(time.Second), judging), conn("b", http.StateActive, ago(time.Second), judging)}, ""},
+		{"an answer unread for 1 s, before an idle one",
+			[]*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("unread", http.StateActive, ago(2*time.Second), unread(time.Second)), conn("judging", http.StateActive, ago(3*time.Second), judging)}, "unread"},
+		{"an answer being written for 10 ms is at work", []*cappedConn{conn("writing", http.StateActive, ago(time.Second), unread(10*time.Millisecond))}, ""},
+		{"the body arriving longest", []*cappedConn{conn("slow", http.StateActive, ago(2*time.Second), nil), conn("slower", http.StateActive, ago(3*time.Second), nil), conn("new", http.StateNew, ago(5*time.Second), nil)}, "slower"},
+		{"a body 10 ms in is arriving", []*cappedConn{conn("arriving", http.StateActive, ago(10*time.Millisecond), nil)}, ""},
+		{"a silent new one before an idle one", []*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("silent", http.StateNew, ago(time.Millisecond), nil)}, "silent"},
+		{"silent ones of the busiest host first", []*cappedConn{conn("lone", http.StateNew, ago(time.Second), otherHost), conn("flood1", http.StateNew, ago(10*time.Millisecond), nil), conn("flood2", http.StateNew, ago(20*time.Millisecond), nil)}, "flood2"},
+		{"the longest idle last", []*cappedConn{conn("idle1", http.StateIdle, ago(time.Second), nil), conn("idle2", http.StateIdle, ago(time.Minute), nil), conn("judging", http.StateActive, ago(time.Second), judging)}, "idle2"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newCapListener(nil, len(tc.conns))
+			for _, c := range tc.conns {
+				c.l = l
+				l.open[c] = struct{}{}
+			}
+			got := ""
+			if v := l.evictable(now); v != nil {
+				got = v.Conn.(stubConn).name
+			}
+			if got != tc.want {
+				t.Errorf("evicted %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// stubConn is a connection known by name only.
+type stubConn struct{ name string }
+
+func (stubConn) Read([]byte) (int, error)         { return 0, net.ErrClosed }
+func (stubConn) Write([]byte) (int, error)        { return 0, net.ErrClosed }
+func (stubConn) Close() error                     { return nil }
+func (stubConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (stubConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (stubConn) SetDeadline(time.Time) error      { return nil }
+func (stubConn) SetReadDeadline(time.Time) error  { return nil }
+func (stubConn) SetWriteDeadline(time.Time) error { return nil }

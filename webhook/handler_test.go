@@ -110,7 +110,7 @@ func TestHandlerRefusesMalformedReviews(t *testing.T) {
 		{"no request", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), 400, false, ""},
 		{"null request", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}`), 400, false, ""},
 		{"request not an object", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":7}`), 400, false, ""},
-		// The thirteenth red team's 7 MB uids, echoed in the answer and copied into the logs.
+		// The fourteenth red team's 7 MB uids, echoed in the answer and copied into the logs.
 		{"a uid longer than the API server's", "application/json", longField(t, good, "uid", 129), 400, false, ""},
 		{"a name longer than any object's", "application/json", longField(t, good, "name", 254), 400, false, ""},
 		{"empty request", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`), 200, true, "no request"},

@@ -194,7 +194,7 @@ func countClosed(as []*attacker) int {
 }
 
 // The transport says where each request is, so the server's connection cap can tell a client
-// that does not read its answers (the thirteenth red team pipelined reviews and read nothing,
+// that does not read its answers (the fourteenth red team pipelined reviews and read nothing,
 // holding every place) from one at work: its body read, its answer being written, written. A
 // malformed review's answer is marked as one too.
 func TestTheTransportSaysWhereARequestIs(t *testing.T) {

@@ -76,7 +76,7 @@ func reached(ctx context.Context, p Phase) {
 }
 
 // answerTimeout is how long after a review's deadline its answer may take to be written. A
-// client that does not read its answers (the thirteenth red team pipelined reviews and read
+// client that does not read its answers (the fourteenth red team pipelined reviews and read
 // nothing) holds its connection until then, not for the server's 35 s write timeout.
 const answerTimeout = time.Second
 
@@ -276,7 +276,7 @@ func decodeReview(body []byte) (Request, error) {
 }
 
 // maxUID bounds the request uid the answer echoes and the logs carry: the API server's is a UUID
-// (36 bytes). The thirteenth red team's 7 MB uids, each copied into two log lines and an answer
+// (36 bytes). The fourteenth red team's 7 MB uids, each copied into two log lines and an answer
 // that escaped it six-fold, took the webhook past 220 MB of memory within a second.
 const maxUID = 128
 

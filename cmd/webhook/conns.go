@@ -39,7 +39,7 @@ const bodyGrace = 50 * time.Millisecond
 
 // answerGrace is how long an answer may take to be written before its connection may give up its
 // place: the API server reads its answer at once, and an answer of a few KiB fits the socket's
-// buffer. A client that pipelines reviews and reads nothing fills it (the thirteenth red team).
+// buffer. A client that pipelines reviews and reads nothing fills it (the fourteenth red team).
 const answerGrace = 100 * time.Millisecond
 
 // capListener is a net.Listener with the cap and eviction above. Its Server must have ConnState

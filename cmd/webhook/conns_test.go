@@ -8,9 +8,9 @@ import (
 )
 
 // Which connection gives up its place at the cap, as a table over what each one is doing. The
-// thirteenth red team held every place with clients that pipelined complete reviews and read no
-// answer (their requests looked at work, so nothing was evicted), and before that with silent
-// connects and with slowly arriving bodies.
+// fourteenth red team held every place with clients that pipelined complete reviews and read no
+// answer (their requests looked at work, so nothing was evicted); the thirteenth with silent
+// connects, the twelfth with slowly arriving bodies.
 func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
 	now := time.Now()
 	ago := func(d time.Duration) time.Time { return now.Add(-d) }

@@ -117,7 +117,11 @@ func TestEveryReplicaForgetsItsAllowedAnswersOnAnRBACChange(t *testing.T) {
 	}
 	removed := time.Now()
 	// A watch event takes milliseconds; 15 s is generous on a loaded machine and still far
-	// inside the hour a cached "allowed" would live.
+	// inside the hour a cached "allowed" would live. Every verb the binding granted must go:
+	// a first refusal may name only some of them (a loaded CI run saw "may not create" 79 ms
+	// after the delete, as the API server's authorizer and the webhook's watch caught up verb by
+	// verb), but a replica that kept a cached "allowed" would never name them all.
+	const all = "may not get, create, update coordination.k8s.io leases"
 	for i, r := range replicas {
 		var last *admissionv1.AdmissionResponse
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
@@ -126,13 +130,10 @@ func TestEveryReplicaForgetsItsAllowedAnswersOnAnRBACChange(t *testing.T) {
 				return false, err
 			}
 			last = resp
-			return !resp.Allowed, nil
+			return !resp.Allowed && resp.Result != nil && bytes.Contains([]byte(resp.Result.Message), []byte(all)), nil
 		}); err != nil {
-			t.Fatalf("replica %d still allows the writer %s after its RoleBinding was deleted (last answer %+v): %v", i, time.Since(removed).Round(time.Millisecond), last, err)
+			t.Fatalf("replica %d still allows the writer, or some of its access, %s after its RoleBinding was deleted (last answer %+v): %v", i, time.Since(removed).Round(time.Millisecond), last, err)
 		}
-		if msg := last.Result.Message; !bytes.Contains([]byte(msg), []byte("may not get, create, update coordination.k8s.io leases")) {
-			t.Errorf("replica %d refused for another reason: %s", i, msg)
-		}
-		t.Logf("replica %d refuses %s after the delete", i, time.Since(removed).Round(time.Millisecond))
+		t.Logf("replica %d refuses every verb %s after the delete", i, time.Since(removed).Round(time.Millisecond))
 	}
 }

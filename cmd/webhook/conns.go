@@ -137,37 +137,44 @@ func (l *capListener) Accept() (net.Conn, error) {
 
 // evictable is the connection that gives up its place, or nil. l.mu is held.
 func (l *capListener) evictable(now time.Time) *cappedConn {
-	var reading, idle *cappedConn
-	var stuckSince time.Time
-	silent := map[string][]*cappedConn{} // new connections with no request yet, by client host
+	var idle *cappedConn
+	// Stuck and silent connections by client host: of each, the busiest host's oldest goes
+	// first, so one client's flood costs its own connections, not the API server's, even when
+	// the webhook is too starved of CPU to read a body within bodyGrace (a loaded CI run under
+	// the race detector saw a review evicted so).
+	stuck, silent := map[string][]*cappedConn{}, map[string][]*cappedConn{}
 	for c := range l.open {
 		switch {
 		case c.state == http.StateActive && c.stuck(now):
-			if at := c.stuckSince(); reading == nil || at.Before(stuckSince) {
-				reading, stuckSince = c, at
-			}
+			stuck[c.host] = append(stuck[c.host], c)
 		case c.state == http.StateNew:
 			silent[c.host] = append(silent[c.host], c)
 		case c.state == http.StateIdle && (idle == nil || c.since.Before(idle.since)):
 			idle = c
 		}
 	}
-	if reading != nil {
-		return reading
+	if c := oldestOfBusiest(stuck, (*cappedConn).stuckSince); c != nil {
+		return c
 	}
-	var fresh *cappedConn
+	if c := oldestOfBusiest(silent, func(c *cappedConn) time.Time { return c.opened }); c != nil {
+		return c
+	}
+	return idle
+}
+
+// oldestOfBusiest is, of the host with the most connections in byHost, the one whose since is
+// earliest (across hosts tied for the most), or nil. l.mu is held.
+func oldestOfBusiest(byHost map[string][]*cappedConn, since func(*cappedConn) time.Time) *cappedConn {
+	var out *cappedConn
 	most := 0
-	for _, cs := range silent {
+	for _, cs := range byHost {
 		for _, c := range cs {
-			if len(cs) > most || (len(cs) == most && c.opened.Before(fresh.opened)) {
-				fresh, most = c, len(cs)
+			if len(cs) > most || (len(cs) == most && since(c).Before(since(out))) {
+				out, most = c, len(cs)
 			}
 		}
 	}
-	if fresh != nil {
-		return fresh
-	}
-	return idle
+	return out
 }
 
 // stuck reports whether c's request is waiting on its client: a body arriving for more than

@@ -36,6 +36,7 @@ func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
 			[]*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("unread", http.StateActive, ago(2*time.Second), unread(time.Second)), conn("judging", http.StateActive, ago(3*time.Second), judging)}, "unread"},
 		{"an answer being written for 10 ms is at work", []*cappedConn{conn("writing", http.StateActive, ago(time.Second), unread(10*time.Millisecond))}, ""},
 		{"the body arriving longest", []*cappedConn{conn("slow", http.StateActive, ago(2*time.Second), nil), conn("slower", http.StateActive, ago(3*time.Second), nil), conn("new", http.StateNew, ago(5*time.Second), nil)}, "slower"},
+		{"a stuck body of the busiest host first", []*cappedConn{conn("api", http.StateActive, ago(time.Second), otherHost), conn("flood1", http.StateActive, ago(200*time.Millisecond), nil), conn("flood2", http.StateActive, ago(300*time.Millisecond), nil)}, "flood2"},
 		{"a body 10 ms in is arriving", []*cappedConn{conn("arriving", http.StateActive, ago(10*time.Millisecond), nil)}, ""},
 		{"a silent new one before an idle one", []*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("silent", http.StateNew, ago(time.Millisecond), nil)}, "silent"},
 		{"silent ones of the busiest host first", []*cappedConn{conn("lone", http.StateNew, ago(time.Second), otherHost), conn("flood1", http.StateNew, ago(10*time.Millisecond), nil), conn("flood2", http.StateNew, ago(20*time.Millisecond), nil)}, "flood2"},

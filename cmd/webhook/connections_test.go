@@ -24,20 +24,7 @@ import (
 // --max-connections=8, twenty such clients leave at most eight connections open, a review from a
 // new client is answered at once, and readiness stays up.
 func TestConnectionsOpenAtOnceAreCapped(t *testing.T) {
-	c := testcluster.ForTest(t)
-	ns := c.NewNamespace(t)
-	dir := t.TempDir()
-	ca := servingCert(t, dir)
-	port := freePort(t)
-	probes, _ := startWebhook(t, []string{
-		"--kubeconfig=" + c.Kubeconfig, "--cert-rotation=false", "--cert-dir=" + dir,
-		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--namespace=" + ns,
-		"--max-connections=8",
-	}, nil)
-	waitReady(t, 30*time.Second, probes)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	probes, addr, pool := cappedWebhook(t, 8)
 
 	// Twenty clients at once, each sending one request and then idling on its connection.
 	var (
@@ -117,28 +104,13 @@ func TestConnectionsOpenAtOnceAreCapped(t *testing.T) {
 // --max-connections=32 and 150 such clients, a review from a new client is answered well within
 // the hold.
 func TestSlowBodiesCannotHoldTheGuard(t *testing.T) {
-	c := testcluster.ForTest(t)
-	ns := c.NewNamespace(t)
-	dir := t.TempDir()
-	ca := servingCert(t, dir)
-	port := freePort(t)
-	probes, _ := startWebhook(t, []string{
-		"--kubeconfig=" + c.Kubeconfig, "--cert-rotation=false", "--cert-dir=" + dir,
-		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--namespace=" + ns,
-		"--max-connections=32",
-	}, nil)
-	waitReady(t, 30*time.Second, probes)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	_, addr, pool := cappedWebhook(t, 32)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	t.Cleanup(func() { close(stop); wg.Wait() })
 	chunk := []byte(strings.Repeat(" ", 32<<10))
-	// The attackers come from an address of their own, as a client in the cluster does: the API
-	// server's is never theirs.
-	attacker := &net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	attacker := attackerDialer()
 	slow := func() {
 		defer wg.Done()
 		for {
@@ -173,18 +145,8 @@ func TestSlowBodiesCannotHoldTheGuard(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second) // every slow client is in its body
 
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	for i := range 3 {
-		began := time.Now()
-		// An ordinary review's size (a Pod's, with its old object: tens of KiB).
-		resp, err := client.Post(fmt.Sprintf("https://%s/validate", addr), "application/json", strings.NewReader(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","x":"`+strings.Repeat("x", 40<<10)+`"}`))
-		if err != nil {
-			t.Fatalf("review %d with 150 slow bodies arriving: %v after %s", i, err, time.Since(began).Round(time.Millisecond))
-		}
-		resp.Body.Close()
-		t.Logf("review %d with 150 slow bodies arriving: answered %d in %s", i, resp.StatusCode, time.Since(began).Round(time.Millisecond))
-		client.CloseIdleConnections() // each from a new connection, as a redialled API server's
-	}
+	// An ordinary review's size (a Pod's, with its old object: tens of KiB).
+	answeredFromNewClients(t, addr, pool, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","x":"`+strings.Repeat("x", 40<<10)+`"}`, "150 slow bodies arriving")
 }
 
 // TestSilentConnectsCannotHoldTheGuard is the thirteenth red team's flood: plain TCP connects, no
@@ -195,26 +157,13 @@ func TestSlowBodiesCannotHoldTheGuard(t *testing.T) {
 // newer one (those of the source with the most of them first), so the accept queue never stalls.
 // With --max-connections=32 and 300 connects a second, a review from a new client is answered.
 func TestSilentConnectsCannotHoldTheGuard(t *testing.T) {
-	c := testcluster.ForTest(t)
-	ns := c.NewNamespace(t)
-	dir := t.TempDir()
-	ca := servingCert(t, dir)
-	port := freePort(t)
-	probes, _ := startWebhook(t, []string{
-		"--kubeconfig=" + c.Kubeconfig, "--cert-rotation=false", "--cert-dir=" + dir,
-		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--namespace=" + ns,
-		"--max-connections=32",
-	}, nil)
-	waitReady(t, 30*time.Second, probes)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	_, addr, pool := cappedWebhook(t, 32)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	t.Cleanup(func() { close(stop); wg.Wait() })
 	open := make(chan struct{}, 1500) // at most this many held at once
-	attacker := &net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	attacker := attackerDialer()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -248,15 +197,48 @@ func TestSilentConnectsCannotHoldTheGuard(t *testing.T) {
 	}()
 	time.Sleep(3 * time.Second)
 
+	answeredFromNewClients(t, addr, pool, `{}`, "300 silent connects a second")
+}
+
+// cappedWebhook starts the webhook on 127.0.0.1 with --max-connections=max and returns its probe
+// address, its admission address and the pool that verifies its certificate.
+func cappedWebhook(t *testing.T, max int) (probes, addr string, pool *x509.CertPool) {
+	t.Helper()
+	c := testcluster.ForTest(t)
+	ns := c.NewNamespace(t)
+	dir := t.TempDir()
+	ca := servingCert(t, dir)
+	port := freePort(t)
+	probes, _ = startWebhook(t, []string{
+		"--kubeconfig=" + c.Kubeconfig, "--cert-rotation=false", "--cert-dir=" + dir,
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--namespace=" + ns,
+		"--max-connections=" + strconv.Itoa(max),
+	}, nil)
+	waitReady(t, 30*time.Second, probes)
+	pool = x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return probes, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), pool
+}
+
+// attackerDialer dials from an address of its own, as a client in the cluster does: the API
+// server's is never an attacker's.
+func attackerDialer() *net.Dialer {
+	return &net.Dialer{Timeout: 3 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+}
+
+// answeredFromNewClients posts body three times, each from a new connection as a redialled API
+// server's, and fails unless each is answered within 3 s while under (the attack) goes on.
+func answeredFromNewClients(t *testing.T, addr string, pool *x509.CertPool, body, under string) {
+	t.Helper()
 	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	for i := range 3 {
 		began := time.Now()
-		resp, err := client.Post(fmt.Sprintf("https://%s/validate", addr), "application/json", strings.NewReader(`{}`))
+		resp, err := client.Post(fmt.Sprintf("https://%s/validate", addr), "application/json", strings.NewReader(body))
 		if err != nil {
-			t.Fatalf("review %d with 300 silent connects a second: %v after %s", i, err, time.Since(began).Round(time.Millisecond))
+			t.Fatalf("review %d with %s: %v after %s", i, under, err, time.Since(began).Round(time.Millisecond))
 		}
 		resp.Body.Close()
-		t.Logf("review %d with 300 silent connects a second: answered %d in %s", i, resp.StatusCode, time.Since(began).Round(time.Millisecond))
+		t.Logf("review %d with %s: answered %d in %s", i, under, resp.StatusCode, time.Since(began).Round(time.Millisecond))
 		client.CloseIdleConnections()
 	}
 }

@@ -82,8 +82,8 @@ func madeByOwner(p, owner *Workload) bool {
 	host, sub := ts.Hostname, ts.Subdomain
 	ordinal := int64(-1)
 	if owner.Kind == gvkStatefulSet.Kind {
-		n, err := strconv.ParseInt(strings.TrimPrefix(p.Pod.Meta.Name, owner.Name+"-"), 10, 32)
-		if err != nil || !strings.HasPrefix(p.Pod.Meta.Name, owner.Name+"-") || n < int64(owner.OrdinalStart) || n >= int64(owner.OrdinalStart)+int64(owner.Replicas) {
+		n, ok := setOrdinal(p, owner)
+		if !ok || n < int64(owner.OrdinalStart) || n >= int64(owner.OrdinalStart)+int64(owner.Replicas) {
 			return false
 		}
 		ordinal, host, sub = n, p.Pod.Meta.Name, owner.ServiceName // updateIdentity
@@ -129,6 +129,16 @@ func madeByOwner(p, owner *Workload) bool {
 		}
 	}
 	return true
+}
+
+// setOrdinal is the ordinal Pod p's name gives it in StatefulSet set (<set>-<ordinal>), if any.
+func setOrdinal(p, set *Workload) (int64, bool) {
+	rest, ok := strings.CutPrefix(p.Pod.Meta.Name, set.Name+"-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rest, 10, 32)
+	return n, err == nil
 }
 
 // holdsOwnCredentials reports whether container c of Pod p reads its ServiceAccount's token, the

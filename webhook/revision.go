@@ -3,8 +3,6 @@ package webhook
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -71,10 +69,10 @@ func (h *Handler) fromCurrentRevision(p, owner *Workload, creating bool) string 
 	if !ok || owner == nil || owner.Kind != gvkStatefulSet.Kind || owner.CurrentRevision == "" || p.Pod.Meta.Labels[labelRevision] != owner.CurrentRevision {
 		return ""
 	}
-	n, err := strconv.ParseInt(strings.TrimPrefix(p.Pod.Meta.Name, owner.Name+"-"), 10, 32)
+	n, ok := setOrdinal(p, owner)
 	// Below the partition and among the set's ordinals: the controller makes no pod beyond its
 	// replicas (the thirteenth red team's hand-made Pod of ordinal 8 under a set of 2, partition 10).
-	if err != nil || !strings.HasPrefix(p.Pod.Meta.Name, owner.Name+"-") || n < int64(owner.OrdinalStart) ||
+	if !ok || n < int64(owner.OrdinalStart) ||
 		n >= int64(owner.OrdinalStart)+int64(min(owner.CurrentBelow, owner.Replicas)) {
 		return ""
 	}

@@ -188,7 +188,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 
 	// 3. The order check, on every shard the object arms that was not armed before.
 	ordered := len(d.Unmet)
-	replaced := map[int]bool{} // for a Replacing Pod: the unmet order checks of shards elected before
+	var replaced map[int]bool // for a Replacing Pod: the unmet order checks of shards elected before
 	if scope.applies {
 		for i, ev := range elections {
 			if !ev.namespace.Known() || ev.tooMany > 0 || (ev.enabled && ev.shardCertain) {
@@ -212,6 +212,9 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 			added := scope.added(ev.namespace.Text, ev.shards)
 			if w.Replacing {
 				elected, fresh := electedBefore(f, ev.namespace.Text, added)
+				if replaced == nil {
+					replaced = map[int]bool{}
+				}
 				before := len(d.Unmet)
 				d.checkLeases(f, ev.namespace.Text, elected)
 				for j := before; j < len(d.Unmet); j++ {

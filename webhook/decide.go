@@ -179,7 +179,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	for _, ns := range sortedKeys(shardsKnown) {
 		if saName != "default" {
 			d.checkAccess(f, saKey, ns, namespaces[ns], shardsKnown[ns])
-			d.checkLeaseGuard(f, saKey, ns)
+			d.checkLeaseGuard(f, saKey, ns, namespaces[ns], shardsKnown[ns])
 		}
 		if a, ok := f.Access[AccessCheck{ServiceAccount: types.NamespacedName{Namespace: w.Namespace, Name: "default"}, Namespace: ns, Verb: "update"}]; ok && a.Err == nil && a.Allowed {
 			d.warn(fmt.Sprintf("the default ServiceAccount of %s may update leases in %s: any pod there can overwrite a shard's Lease; bind the lease Role to the writer's ServiceAccount only.", w.Namespace, ns))

@@ -11,13 +11,14 @@ import (
 )
 
 // This file answers "will the chart's lease guard let the writer's account write its Leases?".
-// The lease guard (a ValidatingAdmissionPolicy the chart renders, one per namespace) admits
-// writes of ehdb-shard-* Leases only from the accounts it was rendered with: the chart's writer
-// account, those the writer RoleBindings bound when Helm rendered, and break-glass principals.
-// RBAC may grant the verbs to any account (checkAccess), so an armed writer running as another
-// one bound to the Role by hand passed the access check and was then refused at its first Lease
-// write: it never minted (the ninth red team). Its admitted principals are read off the live
-// policy, not predicted from the chart's values.
+// The lease guard (a ValidatingAdmissionPolicy the chart renders, one per release) admits writes
+// of ehdb-shard-* Leases from the chart's writer account, from the ServiceAccounts of the Lease's
+// namespace that the authorizer allows VerbElect on it but not VerbWildcardProbe, and from
+// break-glass principals. RBAC may grant the election's verbs to any account (checkAccess), so an
+// armed writer running as an account the guard refuses passed the access check and was then
+// refused at its first Lease write: it never minted (the ninth red team). What the guard admits
+// is read off the live policy, not predicted from the chart's values. An older chart's guard
+// admits only the accounts it lists (Verb is empty).
 
 // LeaseGuardLabel marks the chart's lease guard policies and their bindings.
 const LeaseGuardLabel = "app.kubernetes.io/component=writer-election"
@@ -26,8 +27,11 @@ const LeaseGuardLabel = "app.kubernetes.io/component=writer-election"
 type LeaseGuardFact struct {
 	// Name is the policy's; "" when no lease guard denies in the namespace.
 	Name string
-	// Users and Groups are the principals it admits Lease writes from.
+	// Users and Groups are the principals it admits Lease writes from by name.
 	Users, Groups []string
+	// Verb is the RBAC verb (VerbElect) by whose grant it admits the ServiceAccounts of its
+	// namespace, unless they also hold VerbWildcardProbe; "" for a guard that admits only by name.
+	Verb string
 	// Also are the other lease guards that bind the namespace: the API server requires every one
 	// to admit a write (the chart refuses to render a second, but one may be left behind).
 	Also []LeaseGuardFact
@@ -85,6 +89,13 @@ func leaseGuardsOf(namespace string, policies []admissionregistrationv1.Validati
 				}
 			case "breakGlassGroups":
 				err = json.Unmarshal([]byte(v.Expression), &fact.Groups)
+			case "electVerb":
+				fact.Verb, err = celString(v.Expression)
+			case "wildcardProbe":
+				var probe string
+				if probe, err = celString(v.Expression); err == nil && probe != VerbWildcardProbe {
+					err = fmt.Errorf("it probes for wildcard grants with %q, not %q", probe, VerbWildcardProbe)
+				}
 			}
 			if err != nil {
 				return []LeaseGuardFact{{Name: fact.Name, Err: fmt.Errorf("lease guard %s: variable %s is not as the chart renders it: %w", fact.Name, v.Name, err)}}
@@ -92,6 +103,9 @@ func leaseGuardsOf(namespace string, policies []admissionregistrationv1.Validati
 		}
 		if len(fact.Users) == 0 {
 			return []LeaseGuardFact{{Name: fact.Name, Err: fmt.Errorf("lease guard %s names no writer", fact.Name)}}
+		}
+		if fact.Verb != "" && fact.Verb != VerbElect {
+			return []LeaseGuardFact{{Name: fact.Name, Err: fmt.Errorf("lease guard %s admits writers by the verb %q, not %q", fact.Name, fact.Verb, VerbElect)}}
 		}
 		out = append(out, fact)
 	}
@@ -107,8 +121,8 @@ func celString(expr string) (string, error) {
 	return s[1 : len(s)-1], nil
 }
 
-// admits reports whether g lets ServiceAccount sa write Leases, authenticated with its token.
-func (g LeaseGuardFact) admits(sa types.NamespacedName) bool {
+// admitsByName reports whether g names ServiceAccount sa, authenticated with its token.
+func (g LeaseGuardFact) admitsByName(sa types.NamespacedName) bool {
 	if slices.Contains(g.Users, serviceAccountUser(sa)) {
 		return true
 	}
@@ -120,8 +134,53 @@ func (g LeaseGuardFact) admits(sa types.NamespacedName) bool {
 	return false
 }
 
-// checkLeaseGuard requires the lease guard of ns, if any, to admit the writer's account.
-func (d *Decision) checkLeaseGuard(f *Facts, sa types.NamespacedName, ns string) {
+// asksAuthorizer reports whether g, or another lease guard of its namespace, admits sa only by
+// what the authorizer grants it: the access the guard then reads (VerbElect, VerbWildcardProbe)
+// is asked for only then, so a writer the guards name costs no more lookups.
+func (g LeaseGuardFact) asksAuthorizer(sa types.NamespacedName) bool {
+	if g.Err != nil || g.Unread != "" || g.Name == "" {
+		return false
+	}
+	for _, one := range append([]LeaseGuardFact{g}, g.Also...) {
+		if one.Verb != "" && !one.admitsByName(sa) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusal says why g refuses the Lease writes in ns of ServiceAccount sa on shards ("" when it
+// admits them), with what could not be verified; the facts are the authorizer's answers.
+func (g LeaseGuardFact) refusal(f *Facts, sa types.NamespacedName, ns string, shards []uint32, shardsKnown bool) (why string, failed []string) {
+	if g.admitsByName(sa) {
+		return "", nil
+	}
+	if g.Verb == "" {
+		return fmt.Sprintf("the lease guard %s lets only %s write ehdb-shard-* Leases in %s, not ServiceAccount %s", g.Name, listed(g.Users), ns, sa), nil
+	}
+	by := fmt.Sprintf("the lease guard %s lets only %s, and ServiceAccounts of %s granted the %s verb on leases (the chart's writer Role grants it) but not every verb, write ehdb-shard-* Leases there", g.Name, listed(g.Users), ns, g.Verb)
+	if sa.Namespace != ns {
+		return by + fmt.Sprintf("; ServiceAccount %s is of another namespace", sa), nil
+	}
+	elect := accessTo(f, sa, ns, g.Verb, shards, shardsKnown)
+	probe := accessTo(f, sa, ns, VerbWildcardProbe, shards, shardsKnown)
+	switch {
+	case probe.any:
+		return by + fmt.Sprintf("; ServiceAccount %s holds every verb on them (a rule with verbs [\"*\"] grants even %s)", sa, VerbWildcardProbe), nil
+	case len(elect.failed)+len(probe.failed) > 0:
+		return "", append(elect.failed, probe.failed...)
+	case !elect.allowed:
+		which := ""
+		if len(elect.names) > 0 {
+			which = " on " + listed(elect.names)
+		}
+		return by + fmt.Sprintf("; ServiceAccount %s is not granted %s%s", sa, g.Verb, which), nil
+	}
+	return "", nil
+}
+
+// checkLeaseGuard requires every lease guard of ns to admit the writer's account's Lease writes.
+func (d *Decision) checkLeaseGuard(f *Facts, sa types.NamespacedName, ns string, shards []uint32, shardsKnown bool) {
 	g, ok := f.LeaseGuards[ns]
 	switch {
 	case !ok:
@@ -132,16 +191,22 @@ func (d *Decision) checkLeaseGuard(f *Facts, sa types.NamespacedName, ns string)
 		d.unmet(ReasonCouldNotVerify, fmt.Sprintf("could not tell whether the lease guard of %s admits ServiceAccount %s: %v.", ns, sa, g.Err),
 			"retry; if it persists, check that the webhook may list validatingadmissionpolicies and their bindings.")
 	case g.Name != "":
-		for _, o := range g.Also {
-			if !o.admits(sa) {
-				g = o
+		for _, one := range append([]LeaseGuardFact{g}, g.Also...) {
+			why, failed := one.refusal(f, sa, ns, shards, shardsKnown)
+			switch {
+			case len(failed) > 0:
+				d.unmet(ReasonCouldNotVerify,
+					fmt.Sprintf("could not verify that the lease guard %s admits the Lease writes of ServiceAccount %s (%s).", one.Name, sa, listed(failed)),
+					"retry; if it persists, check that the webhook may create SubjectAccessReviews and that the cluster's authorizers are healthy.")
+				return
+			case why != "":
+				fix := fmt.Sprintf("run the writer as %s, or bind %s to the chart's writer Role (it grants %s), before arming.", listed(one.Users), sa, VerbElect)
+				if one.Verb == "" {
+					fix = fmt.Sprintf("run the writer as %s, or upgrade the release of lease guard %s to a chart whose guard admits every account its writer Role binds, before arming.", listed(one.Users), one.Name)
+				}
+				d.unmet(ReasonLeaseGuard, why+": its election could never write its Lease.", fix)
+				return
 			}
 		}
-		if g.admits(sa) {
-			return
-		}
-		d.unmet(ReasonLeaseGuard,
-			fmt.Sprintf("the lease guard %s lets only %s write ehdb-shard-* Leases in %s, not ServiceAccount %s: its election could never write its Lease.", g.Name, listed(g.Users), ns, sa),
-			fmt.Sprintf("run the writer as %s, or bind %s with the chart (a writer RoleBinding labelled app.kubernetes.io/component=writer-election) and run helm upgrade --reuse-values so the lease guard admits it, before arming.", listed(g.Users), sa))
 	}
 }

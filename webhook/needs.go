@@ -72,11 +72,16 @@ func Needs(in Input, f *Facts, p Policy) Query {
 		shardsKnown := ev.shardProblem == "" && ev.tooMany == 0
 		if sa != "default" {
 			b.leaseGuard(ns)
-			for _, verb := range requiredVerbs {
+			verbs := requiredVerbs
+			if g, ok := after.LeaseGuards[ns]; ok && g.asksAuthorizer(saKey) {
+				verbs = leaseVerbs // once the lease guard is known to admit the account by its grants
+			}
+			for _, verb := range verbs {
 				wide := AccessCheck{ServiceAccount: saKey, Namespace: ns, Verb: verb}
 				b.access(wide)
-				// A Role may grant get and update by resourceNames: ask for each shard's Lease
-				// once the namespace-wide review has refused (create cannot be restricted by name).
+				// A Role may grant every verb but create by resourceNames: ask for each shard's
+				// Lease once the namespace-wide review has refused (create cannot be restricted by
+				// name; the lease guard asks the authorizer about the Lease by name).
 				if a, ok := after.Access[wide]; ok && a.Err == nil && !a.Allowed && verb != "create" && shardsKnown {
 					for _, s := range ev.shards {
 						b.access(AccessCheck{ServiceAccount: saKey, Namespace: ns, Verb: verb, Name: electionenv.LeaseName(s)})

@@ -112,7 +112,7 @@ func rulesMayGrantLeases(rules []rbacv1.PolicyRule) bool {
 	for i := range rules {
 		r := &rules[i]
 		if matchesAny(r.APIGroups, rbacv1.APIGroupAll, "coordination.k8s.io") && matchesAny(r.Resources, rbacv1.ResourceAll, "leases") &&
-			slices.ContainsFunc(requiredVerbs, func(v string) bool { return matchesAny(r.Verbs, rbacv1.VerbAll, v) }) {
+			slices.ContainsFunc(electionVerbs, func(v string) bool { return matchesAny(r.Verbs, rbacv1.VerbAll, v) }) {
 			return true
 		}
 	}

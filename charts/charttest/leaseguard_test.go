@@ -103,15 +103,20 @@ func TestLeaseGuardRefusesEveryOutsideWriter(t *testing.T) {
 	r, lease := installGuardWithLease(t, nil)
 	ctx := context.Background()
 
-	// An account of the same namespace with the same RBAC as the writer: the guard decides by
-	// identity, not by permission.
+	// An account of the same namespace that RBAC allows every verb on leases (a "*" rule, as an
+	// operator's Role may have): the guard admits writers by the writer Role's ehdb-elect verb, not
+	// by holding everything.
 	intruder := "lease-editor"
 	if _, err := r.cs.CoreV1().ServiceAccounts(r.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: intruder}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := r.cs.RbacV1().Roles(r.ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "lease-editor"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := r.cs.RbacV1().RoleBindings(r.ns).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "lease-editor"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: writerRoleName(r.name)},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "lease-editor"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: intruder, Namespace: r.ns}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -122,7 +127,7 @@ func TestLeaseGuardRefusesEveryOutsideWriter(t *testing.T) {
 		cs  kubernetes.Interface
 	}{
 		{"the test's cluster-admin", r.cs},
-		{"another ServiceAccount, same Role", saClient(t, r, r.ns, intruder)},
+		{"another ServiceAccount, every verb on leases", saClient(t, r, r.ns, intruder)},
 		{"a user in system:masters", impersonating(t, r, "alice")},
 		{"a node (system:nodes)", impersonating(t, r, "system:node:n1", "system:nodes")},
 		{"the writer's name, as a plain user", impersonating(t, r, "noetl-cmdbus-writer")},
@@ -135,9 +140,7 @@ func TestLeaseGuardRefusesEveryOutsideWriter(t *testing.T) {
 		}
 		_, err := leases.Create(ctx, newLease("ehdb-shard-00000007", "admin#1", 9), metav1.CreateOptions{})
 		checkGuard(t, o.who+": create", err, "only the writer's ServiceAccount")
-		if o.cs != outsiders[1].cs { // the Role has no delete verb: RBAC refuses that account first
-			checkGuard(t, o.who+": delete", leases.Delete(ctx, lease.Name, metav1.DeleteOptions{}), "never deleted")
-		}
+		checkGuard(t, o.who+": delete", leases.Delete(ctx, lease.Name, metav1.DeleteOptions{}), "never deleted")
 	}
 
 	// The Lease is as the writer left it.
@@ -148,6 +151,27 @@ func TestLeaseGuardRefusesEveryOutsideWriter(t *testing.T) {
 	if *got.Spec.HolderIdentity != "writer-0#1" || *got.Spec.LeaseTransitions != 1 || *got.Spec.LeaseDurationSeconds != 15 || got.ResourceVersion != lease.ResourceVersion {
 		t.Errorf("an outside write got through: %+v (resourceVersion %s, created %s)", got.Spec, got.ResourceVersion, lease.ResourceVersion)
 	}
+
+	// A second account bound to the writer Role (another release's writer, or this one's under a
+	// new name) is a writer: the guard admits it by the Role's ehdb-elect verb, with no list of
+	// accounts an offline render could narrow; the epoch rules still hold for it.
+	second := "second-writer"
+	if _, err := r.cs.CoreV1().ServiceAccounts(r.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: second}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cs.RbacV1().RoleBindings(r.ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "second-writer"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: writerRoleName(r.name)},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: second, Namespace: r.ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	secondLeases := saClient(t, r, r.ns, second).CoordinationV1().Leases(r.ns)
+	waitFor(t, 30*time.Second, "the second writer's renewal admitted", func(ctx context.Context) (bool, error) {
+		err := edit(ctx, secondLeases, lease.Name, func(l *coordinationv1.Lease) { l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now())) })
+		return err == nil, nil
+	})
+	checkGuard(t, "the second writer: epoch rolled back", edit(ctx, secondLeases, lease.Name, func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To[int32](0) }), "may never decrease")
 
 	// Leases that are not shard Leases stay anyone's (with RBAC).
 	other, err := r.cs.CoordinationV1().Leases(r.ns).Create(ctx, newLease("not-a-shard", "a", 1), metav1.CreateOptions{})

@@ -314,7 +314,7 @@ ehdb-election.cel.rulesMayGrantLeases: the rules of the object at the path given
 or update on coordination.k8s.io leases (wildcards included).
 */}}
 {{- define "ehdb-election.cel.rulesMayGrantLeases" -}}
-(has({{ . }}.rules) && {{ . }}.rules.exists(r, has(r.apiGroups) && r.apiGroups.exists(g, g == '*' || g == 'coordination.k8s.io') && has(r.resources) && r.resources.exists(x, x == '*' || x == 'leases') && has(r.verbs) && r.verbs.exists(v, v == '*' || v == 'get' || v == 'create' || v == 'update')))
+(has({{ . }}.rules) && {{ . }}.rules.exists(r, has(r.apiGroups) && r.apiGroups.exists(g, g == '*' || g == 'coordination.k8s.io') && has(r.resources) && r.resources.exists(x, x == '*' || x == 'leases') && has(r.verbs) && r.verbs.exists(v, v == '*' || v == 'get' || v == 'create' || v == 'update' || v == 'ehdb-elect')))
 {{- end }}
 
 {{/*

@@ -192,6 +192,14 @@ func TestTheLeaseGuardMustAdmitTheWriter(t *testing.T) {
 		}
 	}
 	second := wt.ServiceAccount("second")
+	byVerb := webhook.LeaseGuardFact{Name: "g", Users: []string{writer}, Verb: webhook.VerbElect}
+	both := func(fs ...func(*wt.Resolver)) func(*wt.Resolver) {
+		return func(r *wt.Resolver) {
+			for _, f := range fs {
+				f(r)
+			}
+		}
+	}
 	rows := []row{
 		{name: "a second account the lease guard does not name", sts: []func(*appsv1.StatefulSet){second}, cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer}}),
 			unmet: []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"lease guard g", "second"}, lookups: -1},
@@ -206,6 +214,23 @@ func TestTheLeaseGuardMustAdmitTheWriter(t *testing.T) {
 		{name: "a break-glass group of every account of the namespace", sts: []func(*appsv1.StatefulSet){second},
 			cluster: guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer}, Groups: []string{"system:serviceaccounts:" + ns}}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
 		{name: "no lease guard in the namespace", sts: []func(*appsv1.StatefulSet){second}, cluster: guard(webhook.LeaseGuardFact{}), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		// The current chart's guard admits every account of its namespace granted ehdb-elect
+		// (the writer Role) but not every verb: asked of the authorizer, as the guard asks it.
+		{name: "a guard by the verb: a second account bound to the writer Role", sts: []func(*appsv1.StatefulSet){second},
+			cluster: both(guard(byVerb), func(r *wt.Resolver) { r.Grant(ns, "second", ns, webhook.VerbElect) }), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "a guard by the verb: the grant on the shard's Lease by name", sts: []func(*appsv1.StatefulSet){second},
+			cluster: both(guard(byVerb), func(r *wt.Resolver) { r.GrantNamed(ns, "second", ns, "ehdb-shard-00000000", webhook.VerbElect) }), allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "a guard by the verb: a second account without it", sts: []func(*appsv1.StatefulSet){second}, cluster: guard(byVerb),
+			unmet: []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"is not granted ehdb-elect"}, lookups: -1},
+		{name: "a guard by the verb: a second account holding every verb", sts: []func(*appsv1.StatefulSet){second},
+			cluster: both(guard(byVerb), func(r *wt.Resolver) { r.Grant(ns, "second", ns, webhook.VerbElect, webhook.VerbWildcardProbe) }),
+			unmet:   []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"holds every verb"}, lookups: -1},
+		{name: "a guard by the verb: the chart's writer, named, holding every verb", cluster: both(guard(byVerb), func(r *wt.Resolver) { r.Grant(ns, wt.WriterSA, ns, "*", webhook.VerbWildcardProbe) }),
+			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
+		{name: "a guard by the verb beside a guard by name that does not name it", sts: []func(*appsv1.StatefulSet){second},
+			cluster: both(guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer}, Verb: webhook.VerbElect, Also: []webhook.LeaseGuardFact{{Name: "left-behind", Users: []string{writer}}}}),
+				func(r *wt.Resolver) { r.Grant(ns, "second", ns, webhook.VerbElect) }),
+			unmet: []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"lease guard left-behind"}, lookups: -1},
 	}
 	for _, rw := range rows {
 		t.Run(rw.name, func(t *testing.T) { runRow(t, rw) })

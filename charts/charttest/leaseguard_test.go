@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/election"
+	"github.com/noetl/ehdb-election/webhook"
 )
 
 // The lease guard's second half (issue 11): only the writer's ServiceAccount writes ehdb-shard-*
@@ -559,4 +561,26 @@ func TestLeaseGuardOutlivesUninstall(t *testing.T) {
 			return err == nil, nil
 		})
 	})
+}
+
+// TestTheWebhookReadsTheRenderedLeaseGuard: the webhook reads what the chart's lease guard admits
+// off the live policy (webhook.LeaseGuardOf); read off the chart's own render, it is the writer by
+// name and every account granted the verb the chart's writer Role grants, so the guard and the
+// webhook's prediction of it cannot drift apart.
+func TestTheWebhookReadsTheRenderedLeaseGuard(t *testing.T) {
+	r, err := Render(Name, testNS, ruleValues(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := Name + "-lease-guard." + testNS
+	policy := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, r.Find("ValidatingAdmissionPolicy", name))
+	binding := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, r.Find("ValidatingAdmissionPolicyBinding", name))
+	g := webhook.LeaseGuardOf(testNS, []admissionregistrationv1.ValidatingAdmissionPolicy{*policy}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{*binding})
+	if g.Err != nil || g.Name != name || g.Verb != webhook.VerbElect || !slices.Equal(g.Users, []string{"system:serviceaccount:" + testNS + ":noetl-cmdbus-writer"}) {
+		t.Errorf("the webhook reads the rendered lease guard as %+v; want %s admitting the writer by name and others by %s", g, name, webhook.VerbElect)
+	}
+	role := typed[rbacv1.Role](t, r.Find("Role", writerRoleName(Name)))
+	if len(role.Rules) != 1 || !slices.Contains(role.Rules[0].Verbs, webhook.VerbElect) || slices.Contains(role.Rules[0].Verbs, webhook.VerbWildcardProbe) {
+		t.Errorf("the writer Role's rules %v: want %s granted (the lease guard admits its accounts by it), never %s", role.Rules, webhook.VerbElect, webhook.VerbWildcardProbe)
+	}
 }

@@ -171,7 +171,7 @@ func TestWriterRBAC(t *testing.T) {
 			wantRules := []rbacv1.PolicyRule{{
 				APIGroups: []string{"coordination.k8s.io"},
 				Resources: []string{"leases"},
-				Verbs:     []string{"get", "list", "watch", "create", "update"},
+				Verbs:     []string{"get", "list", "watch", "create", "update", "ehdb-elect"},
 			}}
 			if !reflect.DeepEqual(role.Rules, wantRules) {
 				t.Errorf("Role ehdb-shard-election rules = %+v, want exactly %+v", role.Rules, wantRules)

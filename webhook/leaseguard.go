@@ -33,7 +33,7 @@ type LeaseGuardFact struct {
 	// namespace, unless they also hold VerbWildcardProbe; "" for a guard that admits only by name.
 	Verb string
 	// Also are the other lease guards that bind the namespace: the API server requires every one
-	// to admit a write (the chart refuses to render a second, but one may be left behind).
+	// to admit a write (a second release's guard, or an older chart's kept one).
 	Also []LeaseGuardFact
 	// Unread says why the webhook may not read the lease guards at all: its role predates the
 	// check (an older chart's, after a rollback). The account is then not checked against them,

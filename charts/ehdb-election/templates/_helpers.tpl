@@ -310,8 +310,9 @@ upgrade from it, and only that one, must allow for both (caBundleLeftLive; write
 {{/*
 CEL for the RBAC entries' matchConditions (the webhook judges the effect; these only keep changes that
 cannot take lease access or a token away from reaching it). Every optional field is guarded by has().
-ehdb-election.cel.rulesMayGrantLeases: the rules of the object at the path given may allow get, create
-or update on coordination.k8s.io leases (wildcards included).
+ehdb-election.cel.rulesMayGrantLeases: the rules of the object at the path given may allow get, create,
+update or ehdb-elect (the verb the lease guard admits writers by) on coordination.k8s.io leases
+(wildcards included).
 */}}
 {{- define "ehdb-election.cel.rulesMayGrantLeases" -}}
 (has({{ . }}.rules) && {{ . }}.rules.exists(r, has(r.apiGroups) && r.apiGroups.exists(g, g == '*' || g == 'coordination.k8s.io') && has(r.resources) && r.resources.exists(x, x == '*' || x == 'leases') && has(r.verbs) && r.verbs.exists(v, v == '*' || v == 'get' || v == 'create' || v == 'update' || v == 'ehdb-elect')))

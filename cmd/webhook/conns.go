@@ -13,16 +13,19 @@ import (
 
 // This file answers: which connections may stay open? At most max at once (each costs about
 // 50 KiB whatever its client sends), and when a new connection arrives at the cap it takes the
-// place of one that is doing nothing the API server would do, in this order:
+// place of one that is doing nothing the API server would do. Only a client address holding more
+// connections than the newcomer's, or the newcomer's own, gives one up, so a flood from one
+// address churns through its own places and never the API server's; of those, in this order:
 //   - the one whose request has waited on its client longest: a body arriving for more than
 //     bodyGrace (the API server sends a review in one write), or an answer unread for more than
 //     answerGrace (the API server reads it at once);
-//   - a new one that has sent no request yet, of the client address holding the most of them,
-//     the oldest: the API server sends its request as soon as its TLS handshake is done, so only
+//   - a new one that has sent no request yet, of the client address holding the most
+//     connections, the oldest: the API server sends its request as soon as its TLS handshake is done, so only
 //     a flood of connects faster than max per handshake could catch one of its own;
 //   - the longest idle one (a kept-alive connection between reviews: closing one races the API
 //     server's next request on it, which then fails, so it goes last; the bench saw one EOF).
-// Only when every connection is busy with a review whose body has arrived does the new one wait.
+// Only when every connection that may give up its place is busy with a review whose body has
+// arrived, or whose body is younger than bodyGrace, does the new one wait.
 //
 // Without the eviction the cap was a door to hold shut: 700 unauthenticated clients that sent one
 // request each and then idled on keep-alive held all 256 places and the API server could not
@@ -109,16 +112,17 @@ func (l *capListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	host := remoteHost(conn)
 	l.mu.Lock()
 	for len(l.open) >= l.max && !l.closed {
-		if victim := l.evictable(time.Now()); victim != nil {
+		if victim := l.evictable(time.Now(), host); victim != nil {
 			l.mu.Unlock()
 			victim.Close()
 			l.mu.Lock()
 			continue
 		}
-		// Every connection is at work on a review: wait for one to close or to go idle,
-		// checking again as a body's grace runs out.
+		// Every connection that may give up its place is at work on a review: wait for one to
+		// close or to go idle, checking again as a body's grace runs out.
 		timer := time.AfterFunc(bodyGrace/4, l.freed.Broadcast)
 		l.freed.Wait()
 		timer.Stop()
@@ -129,49 +133,60 @@ func (l *capListener) Accept() (net.Conn, error) {
 		return nil, net.ErrClosed
 	}
 	now := time.Now()
-	c := &cappedConn{Conn: conn, l: l, opened: now, state: http.StateNew, since: now, host: remoteHost(conn)}
+	c := &cappedConn{Conn: conn, l: l, opened: now, state: http.StateNew, since: now, host: host}
 	l.open[c] = struct{}{}
 	l.mu.Unlock()
 	return c, nil
 }
 
-// evictable is the connection that gives up its place, or nil. l.mu is held.
-func (l *capListener) evictable(now time.Time) *cappedConn {
-	var idle *cappedConn
-	// Stuck and silent connections by client host: of each, the busiest host's oldest goes
-	// first, so one client's flood costs its own connections, not the API server's, even when
-	// the webhook is too starved of CPU to read a body within bodyGrace (a loaded CI run under
-	// the race detector saw a review evicted so).
-	stuck, silent := map[string][]*cappedConn{}, map[string][]*cappedConn{}
+// evictable is the connection that gives up its place to a new one from newHost, or nil.
+// l.mu is held.
+//
+// Only a client host holding more connections than newHost does, or newHost itself, gives one
+// up. Without that rule a flood from one address that churns through every place, each of its
+// bodies younger than bodyGrace, closed the API server's new connection while its TLS handshake
+// was still under way, as the one silent connection there was: a loaded CI run under the race
+// detector saw the review reset 1 ms after it connected, and the API server does not retry a
+// POST that was reset. Now such a flood can take places only from itself, and a host holding
+// fewer connections than the newcomer's is never a victim. Among the hosts that may give one up,
+// stuck connections go first, then silent ones, then idle ones; of each, the busiest host's
+// oldest, so one client's flood costs its own connections, not the API server's, even when the
+// webhook is too starved of CPU to read a body within bodyGrace.
+func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
+	held := map[string]int{}
 	for c := range l.open {
+		held[c.host]++
+	}
+	var stuck, silent, idle []*cappedConn
+	for c := range l.open {
+		if c.host != newHost && held[c.host] <= held[newHost] {
+			continue
+		}
 		switch {
 		case c.state == http.StateActive && c.stuck(now):
-			stuck[c.host] = append(stuck[c.host], c)
+			stuck = append(stuck, c)
 		case c.state == http.StateNew:
-			silent[c.host] = append(silent[c.host], c)
-		case c.state == http.StateIdle && (idle == nil || c.since.Before(idle.since)):
-			idle = c
+			silent = append(silent, c)
+		case c.state == http.StateIdle:
+			idle = append(idle, c)
 		}
 	}
-	if c := oldestOfBusiest(stuck, (*cappedConn).stuckSince); c != nil {
+	if c := oldestOfBusiest(stuck, held, (*cappedConn).stuckSince); c != nil {
 		return c
 	}
-	if c := oldestOfBusiest(silent, func(c *cappedConn) time.Time { return c.opened }); c != nil {
+	if c := oldestOfBusiest(silent, held, func(c *cappedConn) time.Time { return c.opened }); c != nil {
 		return c
 	}
-	return idle
+	return oldestOfBusiest(idle, held, func(c *cappedConn) time.Time { return c.since })
 }
 
-// oldestOfBusiest is, of the host with the most connections in byHost, the one whose since is
-// earliest (across hosts tied for the most), or nil. l.mu is held.
-func oldestOfBusiest(byHost map[string][]*cappedConn, since func(*cappedConn) time.Time) *cappedConn {
+// oldestOfBusiest is, of the connections in cs, the one of the host holding the most
+// connections whose since is earliest (across hosts tied for the most), or nil. l.mu is held.
+func oldestOfBusiest(cs []*cappedConn, held map[string]int, since func(*cappedConn) time.Time) *cappedConn {
 	var out *cappedConn
-	most := 0
-	for _, cs := range byHost {
-		for _, c := range cs {
-			if len(cs) > most || (len(cs) == most && since(c).Before(since(out))) {
-				out, most = c, len(cs)
-			}
+	for _, c := range cs {
+		if out == nil || held[c.host] > held[out.host] || held[c.host] == held[out.host] && since(c).Before(since(out)) {
+			out = c
 		}
 	}
 	return out

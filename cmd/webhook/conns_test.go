@@ -10,7 +10,8 @@ import (
 // Which connection gives up its place at the cap, as a table over what each one is doing. The
 // fourteenth red team held every place with clients that pipelined complete reviews and read no
 // answer (their requests looked at work, so nothing was evicted); the thirteenth with silent
-// connects, the twelfth with slowly arriving bodies.
+// connects, the twelfth with slowly arriving bodies. The newcomer is from a host holding nothing,
+// as a redialling API server is, unless the case says it is the flood's (10.0.0.1).
 func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
 	now := time.Now()
 	ago := func(d time.Duration) time.Time { return now.Add(-d) }
@@ -27,20 +28,29 @@ func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
 	}
 	otherHost := func(c *cappedConn) { c.host = "10.0.0.2" }
 	cases := []struct {
-		name  string
-		conns []*cappedConn
-		want  string // "" for none: the new connection waits
+		name    string
+		conns   []*cappedConn
+		want    string // "" for none: the new connection waits
+		newHost string // the newcomer's host; "" for one holding nothing
 	}{
-		{"every request judged: none", []*cappedConn{conn("a", http.StateActive, ago(time.Second), judging), conn("b", http.StateActive, ago(time.Second), judging)}, ""},
+		{"every request judged: none", []*cappedConn{conn("a", http.StateActive, ago(time.Second), judging), conn("b", http.StateActive, ago(time.Second), judging)}, "", ""},
 		{"an answer unread for 1 s, before an idle one",
-			[]*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("unread", http.StateActive, ago(2*time.Second), unread(time.Second)), conn("judging", http.StateActive, ago(3*time.Second), judging)}, "unread"},
-		{"an answer being written for 10 ms is at work", []*cappedConn{conn("writing", http.StateActive, ago(time.Second), unread(10*time.Millisecond))}, ""},
-		{"the body arriving longest", []*cappedConn{conn("slow", http.StateActive, ago(2*time.Second), nil), conn("slower", http.StateActive, ago(3*time.Second), nil), conn("new", http.StateNew, ago(5*time.Second), nil)}, "slower"},
-		{"a stuck body of the busiest host first", []*cappedConn{conn("api", http.StateActive, ago(time.Second), otherHost), conn("flood1", http.StateActive, ago(200*time.Millisecond), nil), conn("flood2", http.StateActive, ago(300*time.Millisecond), nil)}, "flood2"},
-		{"a body 10 ms in is arriving", []*cappedConn{conn("arriving", http.StateActive, ago(10*time.Millisecond), nil)}, ""},
-		{"a silent new one before an idle one", []*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("silent", http.StateNew, ago(time.Millisecond), nil)}, "silent"},
-		{"silent ones of the busiest host first", []*cappedConn{conn("lone", http.StateNew, ago(time.Second), otherHost), conn("flood1", http.StateNew, ago(10*time.Millisecond), nil), conn("flood2", http.StateNew, ago(20*time.Millisecond), nil)}, "flood2"},
-		{"the longest idle last", []*cappedConn{conn("idle1", http.StateIdle, ago(time.Second), nil), conn("idle2", http.StateIdle, ago(time.Minute), nil), conn("judging", http.StateActive, ago(time.Second), judging)}, "idle2"},
+			[]*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("unread", http.StateActive, ago(2*time.Second), unread(time.Second)), conn("judging", http.StateActive, ago(3*time.Second), judging)}, "unread", ""},
+		{"an answer being written for 10 ms is at work", []*cappedConn{conn("writing", http.StateActive, ago(time.Second), unread(10*time.Millisecond))}, "", ""},
+		{"the body arriving longest", []*cappedConn{conn("slow", http.StateActive, ago(2*time.Second), nil), conn("slower", http.StateActive, ago(3*time.Second), nil), conn("new", http.StateNew, ago(5*time.Second), nil)}, "slower", ""},
+		{"a stuck body of the busiest host first", []*cappedConn{conn("api", http.StateActive, ago(time.Second), otherHost), conn("flood1", http.StateActive, ago(200*time.Millisecond), nil), conn("flood2", http.StateActive, ago(300*time.Millisecond), nil)}, "flood2", ""},
+		{"a body 10 ms in is arriving", []*cappedConn{conn("arriving", http.StateActive, ago(10*time.Millisecond), nil)}, "", ""},
+		{"a silent new one before an idle one", []*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("silent", http.StateNew, ago(time.Millisecond), nil)}, "silent", ""},
+		{"silent ones of the busiest host first", []*cappedConn{conn("lone", http.StateNew, ago(time.Second), otherHost), conn("flood1", http.StateNew, ago(10*time.Millisecond), nil), conn("flood2", http.StateNew, ago(20*time.Millisecond), nil)}, "flood2", ""},
+		{"the longest idle last", []*cappedConn{conn("idle1", http.StateIdle, ago(time.Second), nil), conn("idle2", http.StateIdle, ago(time.Minute), nil), conn("judging", http.StateActive, ago(time.Second), judging)}, "idle2", ""},
+		{"the idle one of the busiest host first", []*cappedConn{conn("api", http.StateIdle, ago(time.Minute), otherHost), conn("flood1", http.StateIdle, ago(time.Second), nil), conn("flood2", http.StateActive, ago(time.Second), judging)}, "flood1", ""},
+		// The flake of CI run 46: a flood churning through every place, each body younger
+		// than bodyGrace, closed the API server's connection in its TLS handshake.
+		{"a flood's newcomer never takes the API server's handshake", []*cappedConn{conn("api", http.StateNew, ago(time.Millisecond), otherHost), conn("flood1", http.StateActive, ago(10*time.Millisecond), nil), conn("flood2", http.StateActive, ago(20*time.Millisecond), nil)}, "", "10.0.0.1"},
+		{"a flood's newcomer takes its own silent one, not the API server's older one", []*cappedConn{conn("api", http.StateNew, ago(time.Second), otherHost), conn("flood1", http.StateNew, ago(10*time.Millisecond), nil)}, "flood1", "10.0.0.1"},
+		{"a flood's newcomer never takes the API server's idle connection", []*cappedConn{conn("api", http.StateIdle, ago(time.Minute), otherHost), conn("flood1", http.StateActive, ago(10*time.Millisecond), nil), conn("flood2", http.StateActive, ago(time.Second), judging)}, "", "10.0.0.1"},
+		{"a host holding more than the newcomer's gives up its stuck body", []*cappedConn{conn("api1", http.StateActive, ago(2*time.Second), otherHost), conn("api2", http.StateActive, ago(time.Second), otherHost), conn("flood1", http.StateActive, ago(time.Second), judging)}, "api1", "10.0.0.1"},
+		{"a host holding as many as the newcomer's keeps its places", []*cappedConn{conn("other", http.StateIdle, ago(time.Minute), otherHost), conn("own", http.StateActive, ago(time.Second), judging)}, "", "10.0.0.1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,8 +59,11 @@ func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
 				c.l = l
 				l.open[c] = struct{}{}
 			}
+			if tc.newHost == "" {
+				tc.newHost = "10.0.0.9"
+			}
 			got := ""
-			if v := l.evictable(now); v != nil {
+			if v := l.evictable(now, tc.newHost); v != nil {
 				got = v.Conn.(stubConn).name
 			}
 			if got != tc.want {

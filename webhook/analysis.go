@@ -97,7 +97,7 @@ func hasPendingConfigMaps(in Input, c *corev1.Container, f *Facts) bool {
 func tooManyConfigMaps(w *Workload, p Policy) int {
 	seen := map[string]bool{}
 	for _, c := range w.Containers() {
-		if unarmedLiterally(c) {
+		if unarmedLiterally(c, envNamesOf(&w.Pod)) {
 			continue
 		}
 		for _, f := range c.EnvFrom {
@@ -118,8 +118,22 @@ func tooManyConfigMaps(w *Workload, p Policy) int {
 }
 
 // unarmedLiterally reports whether c's last env entry for the fencing switch is a literal that is
-// not enforce and refers to nothing ($( ... ) could expand to anything).
-func unarmedLiterally(c *corev1.Container) bool {
+// not enforce and refers to nothing ($( ... ) could expand to anything). On a node that matches
+// names regardless of case (names.fold), another entry or an envFrom source may set the switch in
+// another case that the literal does not replace, so only a container with neither qualifies.
+func unarmedLiterally(c *corev1.Container, names envNames) bool {
+	if names.fold {
+		for _, f := range c.EnvFrom {
+			if mayHavePrefix(EnvFencing, f.Prefix) {
+				return false
+			}
+		}
+		for _, e := range c.Env {
+			if mayBeName(e.Name, EnvFencing) && e.Name != EnvFencing {
+				return false
+			}
+		}
+	}
 	for i := len(c.Env) - 1; i >= 0; i-- {
 		e := &c.Env[i]
 		if e.Name != EnvFencing {

@@ -64,12 +64,14 @@ func (f *keyFilter) signature() string {
 	return b.String()
 }
 
+// Names are compared up to case: on a node that matches them so (envnames.go), noetl_ehdb_fencing
+// is the fencing switch.
 func matters(name string, names map[string]bool) bool {
-	if strings.HasPrefix(name, guardReadPrefix) || names[name] {
+	if mayHavePrefix(name, guardReadPrefix) || names[name] {
 		return true
 	}
 	for _, n := range guardReadNames {
-		if n == name {
+		if mayBeName(n, name) {
 			return true
 		}
 	}

@@ -103,7 +103,7 @@ func (d Decision) Message() string {
 		}
 	}
 	if len(d.Unknowable) > 0 {
-		fmt.Fprintf(&b, "\nNote: %s count(s) as armed only because %s cannot be known; if it is not an ehdb writer meant to enforce, set %s explicitly in its env (for example to off): env overrides envFrom.",
+		fmt.Fprintf(&b, "\nNote: %s count(s) as armed only because %s cannot be known; if it is not an ehdb writer meant to enforce, set %s explicitly in its env (for example to off): env overrides envFrom, and overrides it in every case of the name only on a pod certain to run on Linux (spec.os.name: linux).",
 			listed(d.Unknowable), EnvFencing, EnvFencing)
 	}
 	return b.String()

@@ -169,6 +169,10 @@ type Env struct {
 	// wildLens are the distinct lengths of the wild prefixes, so a lookup tries only those.
 	wildLens []int
 	budget   *Budget
+	// names is how the node matches names; when it folds, folded lists the names set under each
+	// folded name, and wild is keyed by folded prefix.
+	names  envNames
+	folded map[string][]string
 }
 
 type envEntry struct {
@@ -213,24 +217,26 @@ func (b *Budget) Exhausted() bool { return b != nil && b.left < 0 }
 
 var errBudget = &Unknown{Reasons: []string{"the object is too complex for the guard to resolve within its per-review work budget"}}
 
-// Lookup returns the variable's value and whether it is set (an Unknown value counts as set).
+// Lookup returns the variable's value as the container's process sees it, and whether it is set
+// (an Unknown value counts as set): by name up to case where the node may match names so
+// (envnames.go), and up to the value's first NUL byte.
 func (e *Env) Lookup(name string) (Value, bool) {
+	if e.names.fold {
+		return e.lookupFolded(name)
+	}
+	v, set := e.lookupExact(name)
+	v.Text = asSeen(v.Text)
+	return v, set
+}
+
+// lookupExact is the kubelet's own view of name: the entry of exactly that name, unless an
+// unreadable source after it may have set it. The kubelet expands $(NAME) by it.
+func (e *Env) lookupExact(name string) (Value, bool) {
 	if !e.budget.spend(len(name)) {
 		return Value{Unknown: errBudget}, true
 	}
 	ent, set := e.vars[name]
-	var u *Unknown
-	for _, l := range e.wildLens {
-		if l > len(name) {
-			break
-		}
-		if !e.budget.spend(l) {
-			return Value{Unknown: errBudget}, true
-		}
-		if w, ok := e.wild[name[:l]]; ok && (!set || w.order > ent.order) {
-			u = u.merge(w.why)
-		}
-	}
+	u := e.wildFor(name, func(w *wildSource) bool { return !set || w.order > ent.order })
 	switch {
 	case u != nil:
 		return Value{Unknown: u.merge(ent.v.Unknown)}, true
@@ -240,9 +246,90 @@ func (e *Env) Lookup(name string) (Value, bool) {
 	return Value{}, false
 }
 
+// wildFor merges the reasons of the unreadable sources whose prefix begins name (as the node
+// compares names) and that counts, or returns nil.
+func (e *Env) wildFor(name string, counts func(*wildSource) bool) *Unknown {
+	key := e.names.key(name)
+	var u *Unknown
+	for _, l := range e.wildLens {
+		if l > len(key) {
+			break
+		}
+		if !e.budget.spend(l) {
+			return errBudget
+		}
+		if w, ok := e.wild[key[:l]]; ok && counts(w) {
+			u = u.merge(w.why)
+		}
+	}
+	return u
+}
+
+// lookupFolded is Lookup on a node that may match names regardless of case: every entry whose
+// name folds to name's is a candidate, and the process may read any of them; an unreadable
+// source may set name in a case no later entry replaces, whatever its order.
+func (e *Env) lookupFolded(name string) (Value, bool) {
+	if !e.budget.spend(len(name)) {
+		return Value{Unknown: errBudget}, true
+	}
+	variants := e.folded[foldName(name)]
+	var exact *Unknown
+	for _, n := range variants {
+		if v, _ := e.lookupExact(n); !v.Known() {
+			exact = exact.merge(v.Unknown)
+		}
+	}
+	if u := e.wildFor(name, func(*wildSource) bool { return true }); u != nil {
+		if exact == nil && len(variants) > 0 {
+			u = u.merge(&Unknown{Reasons: []string{"it may set " + name + " in another case, which a node not certain to be Linux reads as the same name (set spec.os.name: linux)"}})
+		}
+		return Value{Unknown: u.merge(exact)}, true
+	}
+	if exact != nil {
+		return Value{Unknown: exact}, true
+	}
+	switch {
+	case len(variants) == 0:
+		return Value{}, false
+	case len(variants) == 1 && (variants[0] == name || !runtimeSet[name]):
+		v := e.vars[variants[0]].v
+		v.Text = asSeen(v.Text)
+		return v, true
+	}
+	first := e.vars[variants[0]].v
+	for _, n := range variants[1:] {
+		if v := e.vars[n].v; asSeen(v.Text) != asSeen(first.Text) || v.PerOrdinal != first.PerOrdinal {
+			return e.caseClash(name, variants), true
+		}
+	}
+	if runtimeSet[name] && !slices.Contains(variants, name) {
+		return e.caseClash(name, variants), true
+	}
+	first.Text = asSeen(first.Text)
+	return first, true
+}
+
+// runtimeSet are the names the container runtime sets itself when the container's env does not
+// (HOSTNAME, to the pod's hostname): a variant of another case then stands beside it.
+var runtimeSet = map[string]bool{"HOSTNAME": true}
+
+func (e *Env) caseClash(name string, variants []string) Value {
+	shown := make([]string, 0, len(variants)+1)
+	for _, n := range variants {
+		shown = append(shown, quote(n))
+	}
+	if runtimeSet[name] && !slices.Contains(variants, name) {
+		shown = append(shown, quote(name)+" (the runtime's)")
+	}
+	return unknown(strings.Join(shown, " and ") + " are set differently, and a node not certain to be Linux reads them as one name, any of them (set spec.os.name: linux)")
+}
+
 // setByContainer reports whether the container's env, or an envFrom source the guard read, sets
 // name: not only a source it cannot read (an envFrom Secret) that may set it.
 func (e *Env) setByContainer(name string) bool {
+	if e.names.fold {
+		return len(e.folded[foldName(name)]) > 0
+	}
 	_, ok := e.vars[name]
 	return ok
 }
@@ -276,7 +363,7 @@ func ResolveEnv(c *corev1.Container, pod *PodContext, cms ConfigMapSource) *Env 
 }
 
 func resolveEnv(c *corev1.Container, pod *PodContext, cms ConfigMapSource, budget *Budget) *Env {
-	e := &Env{vars: map[string]envEntry{}, wild: map[string]*wildSource{}, budget: budget}
+	e := &Env{vars: map[string]envEntry{}, wild: map[string]*wildSource{}, budget: budget, names: envNamesOf(pod)}
 	for i, from := range c.EnvFrom {
 		if !budget.spend(len(from.Prefix)) {
 			break
@@ -331,12 +418,27 @@ func resolveEnv(c *corev1.Container, pod *PodContext, cms ConfigMapSource, budge
 		// Whatever was not resolved may be anything.
 		e.addWild(base+len(c.Env), "", errBudget)
 	}
+	if e.names.fold {
+		e.folded = make(map[string][]string, len(e.vars))
+		for n := range e.vars {
+			if !budget.spend(len(n)) {
+				e.addWild(base+len(c.Env), "", errBudget)
+				break
+			}
+			k := foldName(n)
+			e.folded[k] = append(e.folded[k], n)
+		}
+		for _, ns := range e.folded {
+			sort.Strings(ns)
+		}
+	}
 	return e
 }
 
 // addWild records an unknowable envFrom source at position order: every name already set under
 // its prefix may now be overridden by it.
 func (e *Env) addWild(order int, prefix string, why *Unknown) {
+	prefix = e.names.key(prefix)
 	w, ok := e.wild[prefix]
 	if !ok {
 		w = &wildSource{}

@@ -116,9 +116,11 @@ func TestResolveEnvLikeTheKubelet(t *testing.T) {
 	}
 	errs := map[string]error{"broken": errors.New("etcdserver: request timed out")}
 	tmpl := &PodContext{Template: true, Namespace: "noetl", Meta: PodMeta{Labels: map[string]string{"app": "w"}},
-		Spec: &corev1.PodSpec{ServiceAccountName: "writer"}}
+		Spec: &corev1.PodSpec{ServiceAccountName: "writer", OS: &corev1.PodOS{Name: corev1.Linux}}}
 	pod := &PodContext{Namespace: "noetl", Meta: PodMeta{Name: "w-0", Labels: map[string]string{"app": "w", "b": "2"}},
-		Spec: &corev1.PodSpec{NodeName: "n1"}}
+		Spec: &corev1.PodSpec{NodeName: "n1", OS: &corev1.PodOS{Name: corev1.Linux}}}
+	// anyOS is tmpl on a node that may match names regardless of case (envnames.go).
+	anyOS := &PodContext{Template: true, Namespace: "noetl", Meta: tmpl.Meta, Spec: &corev1.PodSpec{ServiceAccountName: "writer"}}
 
 	type want struct {
 		text    string
@@ -160,6 +162,12 @@ func TestResolveEnvLikeTheKubelet(t *testing.T) {
 			{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}}}}}, tmpl, false, want{unknown: "Secret \"s\""}},
 		{"envFrom Secret then env", corev1.Container{EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}}}},
 			Env: []corev1.EnvVar{{Name: "X", Value: "mine"}}}, tmpl, false, want{text: "mine"}},
+		{"envFrom Secret then env, on any OS", corev1.Container{EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}}}},
+			Env: []corev1.EnvVar{{Name: "X", Value: "mine"}}}, anyOS, false, want{unknown: "may set X in another case"}},
+		{"a name in another case, on any OS", corev1.Container{Env: []corev1.EnvVar{{Name: "x", Value: "mine"}}}, anyOS, false, want{text: "mine"}},
+		{"a name in another case, on Linux", corev1.Container{Env: []corev1.EnvVar{{Name: "x", Value: "mine"}}}, tmpl, false, want{unset: true}},
+		{"expansion is by exact name, on any OS", corev1.Container{Env: []corev1.EnvVar{{Name: "m", Value: "enforce"}, {Name: "X", Value: "$(M)"}}}, anyOS, false, want{text: "$(M)"}},
+		{"a value up to its NUL byte", corev1.Container{Env: []corev1.EnvVar{{Name: "X", Value: "enforce\x00off"}}}, tmpl, false, want{text: "enforce"}},
 		{"secretKeyRef", corev1.Container{Env: []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"}}}}}, tmpl, false, want{unknown: "Secret \"s\" key \"k\""}},
 		{"expansion of a Secret value", corev1.Container{Env: []corev1.EnvVar{{Name: "S", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{

@@ -47,7 +47,7 @@ func expand(input string, env *Env) Value {
 			}
 			name := next[1:end]
 			rest = next[end+1:]
-			v, set := env.Lookup(name)
+			v, set := env.lookupExact(name)
 			switch {
 			case !set:
 				out.WriteString("$(" + name + ")")

@@ -18,9 +18,9 @@ import (
 
 // The alphabet env programs are written in.
 var (
-	fzNames    = []string{"NOETL_EHDB_FENCING", "NOETL_EHDB_ELECTION", "MODE", "NOETL_EHDB_ELECTION_SHARD", "FENCING", "ELECTION"}
-	fzValues   = []string{"enforce", " EnForce\t", "off", "$(MODE)", "$$(MODE)", "true", "1", "yes", "", "$(NOETL_EHDB_FENCING)", "en$(MODE)", "force", "0", "$(FENCING)"}
-	fzPrefixes = []string{"", "NOETL_EHDB_", "X_", "NOETL_"}
+	fzNames    = []string{"NOETL_EHDB_FENCING", "NOETL_EHDB_ELECTION", "MODE", "NOETL_EHDB_ELECTION_SHARD", "FENCING", "ELECTION", "noetl_ehdb_fencing", "Noetl_Ehdb_Election"}
+	fzValues   = []string{"enforce", " EnForce\t", "off", "$(MODE)", "$$(MODE)", "true", "1", "yes", "", "$(NOETL_EHDB_FENCING)", "en$(MODE)", "force", "0", "$(FENCING)", "enforce\x00off", "$(mode)"}
+	fzPrefixes = []string{"", "NOETL_EHDB_", "X_", "NOETL_", "noetl_ehdb_"}
 	fzCMs      = []string{"cm0", "cm1", "missing"}
 	fzSecrets  = []string{"s0", "s1", "gone"}
 )
@@ -178,7 +178,9 @@ func modelExpand(s string, lookup map[string]string) string {
 }
 
 // FuzzEnvResolution checks the guard against the kubelet model over random env programs, in a
-// cluster where everything but the program is in order:
+// cluster where everything but the program is in order, on a pod certain to run on Linux (an even
+// number of bytes) or one that may run on Windows, where the process reads any variant of a name
+// up to case (envnames.go), and sees each value up to its first NUL byte:
 //   - a container that will run with enforce and without an enabled election is never allowed;
 //   - a container that will run with enforce is never judged unarmed;
 //   - where the guard can see every source, it resolves the fencing value exactly as the kubelet.
@@ -202,7 +204,13 @@ func FuzzEnvResolution(f *testing.F) {
 		cluster := goodCluster()
 		cluster.ConfigMaps = cms
 
-		s := sts(wt.ServiceAccount(wt.WriterSA), func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.Containers = []corev1.Container{c} })
+		linux := len(data)%2 == 0
+		s := sts(wt.ServiceAccount(wt.WriterSA), func(s *appsv1.StatefulSet) {
+			s.Spec.Template.Spec.Containers = []corev1.Container{c}
+			if linux {
+				s.Spec.Template.Spec.OS = &corev1.PodOS{Name: corev1.Linux}
+			}
+		})
 		in := webhook.Input{Operation: admissionv1.Create, Object: workload(t, gvkSTS, s)}
 		ctx, cancel := context.WithTimeout(context.Background(), fuzzInputBudget)
 		defer cancel()
@@ -220,19 +228,28 @@ func FuzzEnvResolution(f *testing.F) {
 		if !started {
 			return // the container never runs: nothing to fence
 		}
-		fencing, set := env["NOETL_EHDB_FENCING"]
-		armed := set && strings.EqualFold(strings.TrimSpace(fencing), "enforce")
 		env["HOSTNAME"] = wt.WriterName + "-0"
-		cfg, _ := electionenv.Parse(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-		if armed && !cfg.Enabled && d.Allowed {
+		// The process's view: on Linux the exact name; on Windows any variant of it, so armed if
+		// any variant arms, and the election certain only if it is on whichever variant is read.
+		views := processViews(env, linux)
+		armed, electionOff := false, false
+		for _, view := range views {
+			if fencing, set := view("NOETL_EHDB_FENCING"); set && strings.EqualFold(strings.TrimSpace(fencing), "enforce") {
+				armed = true
+			}
+			if cfg, _ := electionenv.Parse(view); !cfg.Enabled {
+				electionOff = true
+			}
+		}
+		if armed && electionOff && d.Allowed {
 			t.Fatalf("armed without election, allowed\ncontainer %+v\nconfigmaps %v secrets %v\nkubelet env %q\ndecision %+v", c, cms, secrets, env, d)
 		}
 		if armed && d.Reason == webhook.ReasonUnarmed {
 			t.Fatalf("armed judged unarmed\ncontainer %+v\nconfigmaps %v secrets %v\nkubelet env %q", c, cms, secrets, env)
 		}
 		// Where nothing is hidden from the guard, it must see what the kubelet sets.
-		if len(secretSources(&c)) == 0 {
-			genv := webhook.ResolveEnv(&c, &webhook.PodContext{Template: true, Namespace: ns}, func(name string) (webhook.ConfigMapFact, bool) {
+		if len(secretSources(&c)) == 0 && linux {
+			genv := webhook.ResolveEnv(&c, &webhook.PodContext{Template: true, Namespace: ns, Spec: &corev1.PodSpec{OS: &corev1.PodOS{Name: corev1.Linux}}}, func(name string) (webhook.ConfigMapFact, bool) {
 				if d, ok := cms[name]; ok {
 					return webhook.ConfigMapFact{Data: d}, true
 				}
@@ -243,12 +260,35 @@ func FuzzEnvResolution(f *testing.F) {
 					continue
 				}
 				got, ok := genv.Lookup(name)
-				if !ok || !got.Known() || got.Text != want {
+				if want, _, _ = strings.Cut(want, "\x00"); !ok || !got.Known() || got.Text != want {
 					t.Fatalf("%s: guard %+v (set %v), kubelet %q\ncontainer %+v\nconfigmaps %v", name, got, ok, want, c, cms)
 				}
 			}
 		}
 	})
+}
+
+// processViews are the environments a container's process may read from the kubelet's env: the
+// exact one on Linux; on Windows one per way of picking, for each name up to case, the variant
+// read (the first and the last of each, by name, which covers a name with two variants), each
+// value up to its first NUL byte.
+func processViews(env map[string]string, linux bool) []func(string) (string, bool) {
+	seen := func(v string) string { v, _, _ = strings.Cut(v, "\x00"); return v }
+	if linux {
+		return []func(string) (string, bool){func(k string) (string, bool) { v, ok := env[k]; return seen(v), ok }}
+	}
+	pick := func(last bool) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			best, found := "", false
+			for name := range env {
+				if strings.EqualFold(name, k) && (!found || (name > best) == last) {
+					best, found = name, true
+				}
+			}
+			return seen(env[best]), found
+		}
+	}
+	return []func(string) (string, bool){pick(false), pick(true)}
 }
 
 func secretSources(c *corev1.Container) []string {

@@ -208,17 +208,18 @@ func podExemptionHolds(p, owner *Workload, found, known, creating bool) (bool, s
 	return true, ""
 }
 
-// podMayArm reports whether c's own spec can set the fencing variable: an env entry of that
-// name, or an envFrom source whose prefix can lead to it. Only such containers can be armed by
-// anything the guard sees (an image's ENV is out of its reach whatever the owner says).
+// podMayArm reports whether c's own spec can set the fencing variable on some node: an env entry
+// of that name up to case, or an envFrom source whose prefix can lead to it. Only such containers
+// can be armed by anything the guard sees (an image's ENV is out of its reach whatever the owner
+// says).
 func podMayArm(c *corev1.Container) bool {
 	for _, e := range c.Env {
-		if e.Name == EnvFencing {
+		if mayBeName(e.Name, EnvFencing) {
 			return true
 		}
 	}
 	for _, f := range c.EnvFrom {
-		if strings.HasPrefix(EnvFencing, f.Prefix) {
+		if mayHavePrefix(EnvFencing, f.Prefix) {
 			return true
 		}
 	}

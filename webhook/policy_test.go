@@ -179,7 +179,7 @@ func TestPolicy(t *testing.T) {
 				r.ConfigMaps = map[string]map[string]string{"flags": {"NOETL_EHDB_FENCING": "enforce"}}
 			},
 			allowed: true, reason: webhook.ReasonUnarmed, warn: []string{"image's ENV"}, lookups: 0},
-		{name: "envFrom overridden by env", sts: []func(*appsv1.StatefulSet){wt.SetEnv("NOETL_EHDB_FENCING", "off"), envFrom(cmEnvFrom("flags", ""))},
+		{name: "envFrom overridden by env", sts: []func(*appsv1.StatefulSet){onOS(corev1.Linux), wt.SetEnv("NOETL_EHDB_FENCING", "off"), envFrom(cmEnvFrom("flags", ""))},
 			cluster: func(r *wt.Resolver) {
 				r.ConfigMaps = map[string]map[string]string{"flags": {"NOETL_EHDB_FENCING": "enforce"}}
 			},
@@ -201,14 +201,14 @@ func TestPolicy(t *testing.T) {
 			unmet: []webhook.Reason{webhook.ReasonElectionUnknowable, webhook.ReasonElectionUnknowable}, warn: []string{"if KUBERNETES_SERVICE_HOST or KUBERNETES_SERVICE_PORT is set by envFrom Secret"},
 			msg: []string{`envFrom Secret \"db\"`, "the election's namespace cannot be known",
 				`Note: container \"noetl-worker\" count(s) as armed only because NOETL_EHDB_FENCING cannot be known`, "env overrides envFrom"}, lookups: -1},
-		{name: "envFrom a Secret, election settings in env", sts: []func(*appsv1.StatefulSet){unsetEnv("NOETL_EHDB_FENCING"),
+		{name: "envFrom a Secret, election settings in env", sts: []func(*appsv1.StatefulSet){onOS(corev1.Linux), unsetEnv("NOETL_EHDB_FENCING"),
 			wt.SetEnv("NOETL_EHDB_ELECTION_NAMESPACE", ns), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"),
 			envFrom(corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}})},
 			allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"counts as enforce"}, lookups: -1},
 		{name: "envFrom a Secret under a prefix cannot set the fencing variable", bare: true, sts: []func(*appsv1.StatefulSet){
 			envFrom(corev1.EnvFromSource{Prefix: "DB_", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}})},
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
-		{name: "envFrom a Secret, fencing set in env", bare: true, sts: []func(*appsv1.StatefulSet){
+		{name: "envFrom a Secret, fencing set in env", bare: true, sts: []func(*appsv1.StatefulSet){onOS(corev1.Linux),
 			envFrom(corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}})},
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 		{name: "an armed init container counts", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {

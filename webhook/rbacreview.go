@@ -136,10 +136,10 @@ func (h *Handler) armableUsers(sels ...AccountSelector) ([]*Workload, error) {
 }
 
 // mayArm is the chart's matchCondition for pod templates (cel.podSpecMayArm): a container sets
-// the fencing variable or reads envFrom. Nothing else can be armed, so nothing else is judged.
+// the fencing variable (up to case) or reads envFrom. Nothing else can be armed, so nothing else is judged.
 func mayArm(w *Workload) bool {
 	for _, c := range containerSources(w) {
-		if len(c.envFrom) > 0 || slices.ContainsFunc(c.env, func(e corev1.EnvVar) bool { return e.Name == EnvFencing }) {
+		if len(c.envFrom) > 0 || slices.ContainsFunc(c.env, func(e corev1.EnvVar) bool { return mayBeName(e.Name, EnvFencing) }) {
 			return true
 		}
 	}

@@ -297,7 +297,7 @@ func TestTheElectionTalksToTheCheckedAPIServer(t *testing.T) {
 			unmet: []webhook.Reason{webhook.ReasonOtherAPIServer}, lookups: -1},
 		{name: "KUBERNETES_SERVICE_HOST from a Secret key", sts: []func(*appsv1.StatefulSet){envVar(secretKey("KUBERNETES_SERVICE_HOST", "net", "host"))},
 			unmet: []webhook.Reason{webhook.ReasonOtherAPIServer}, lookups: -1},
-		{name: "an envFrom Secret may set it: admitted, and said", sts: []func(*appsv1.StatefulSet){envFrom(secretFrom("")),
+		{name: "an envFrom Secret may set it: admitted, and said", sts: []func(*appsv1.StatefulSet){onOS(corev1.Linux), envFrom(secretFrom("")),
 			wt.SetEnv("NOETL_EHDB_ELECTION_NAMESPACE", ns), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0")},
 			allowed: true, reason: webhook.ReasonRequirementsMet, warn: []string{"KUBERNETES_SERVICE_HOST"}, lookups: -1},
 		{name: "an envFrom Secret under a prefix cannot set it", sts: []func(*appsv1.StatefulSet){envFrom(secretFrom("DB_"))},

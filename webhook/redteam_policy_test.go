@@ -78,7 +78,7 @@ func TestPolicyRedTeam(t *testing.T) {
 			for i := range 33 {
 				s.Spec.Template.Spec.Containers[0].EnvFrom = append(s.Spec.Template.Spec.Containers[0].EnvFrom, cmEnvFrom("cm-"+strings.Repeat("x", i), ""))
 			}
-		}, wt.SetEnv("NOETL_EHDB_FENCING", "off")}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+		}, wt.SetEnv("NOETL_EHDB_FENCING", "off"), onOS(corev1.Linux)}, allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 		{name: "33 ConfigMaps under a fencing value that refers to them: judged too complex", sts: []func(*appsv1.StatefulSet){func(s *appsv1.StatefulSet) {
 			for i := range 33 {
 				s.Spec.Template.Spec.Containers[0].EnvFrom = append(s.Spec.Template.Spec.Containers[0].EnvFrom, cmEnvFrom("cm-"+strings.Repeat("x", i), ""))

@@ -177,14 +177,15 @@ a ":", or is "localhost"), else it is prefixed.
 
 {{/*
 CEL, for matchConditions: true when a pod spec (at the path given as the argument) has a container,
-init container or ephemeral container that sets NOETL_EHDB_FENCING or uses envFrom (which may set it).
+init container or ephemeral container that sets NOETL_EHDB_FENCING (in any case: a Windows node matches
+environment names regardless of case) or uses envFrom (which may set it).
 Ephemeral containers too: a Pod armed only in one is disarmed by a label edit its fieldRef reads, before
 the container starts (the ninth red team). Every optional field is guarded by has(): a missing field is
 an evaluation error, and an error means failurePolicy. Ephemeral containers are another type, so they
 are tested apart rather than joined to the list.
 */}}
 {{- define "ehdb-election.cel.podSpecMayArm" -}}
-(((has({{ . }}.containers) ? {{ . }}.containers : []) + (has({{ . }}.initContainers) ? {{ . }}.initContainers : [])).exists(c, (has(c.env) && c.env.exists(e, e.name == 'NOETL_EHDB_FENCING')) || (has(c.envFrom) && size(c.envFrom) > 0)) || (has({{ . }}.ephemeralContainers) && {{ . }}.ephemeralContainers.exists(c, (has(c.env) && c.env.exists(e, e.name == 'NOETL_EHDB_FENCING')) || (has(c.envFrom) && size(c.envFrom) > 0))))
+(((has({{ . }}.containers) ? {{ . }}.containers : []) + (has({{ . }}.initContainers) ? {{ . }}.initContainers : [])).exists(c, (has(c.env) && c.env.exists(e, e.name.upperAscii() == 'NOETL_EHDB_FENCING')) || (has(c.envFrom) && size(c.envFrom) > 0)) || (has({{ . }}.ephemeralContainers) && {{ . }}.ephemeralContainers.exists(c, (has(c.env) && c.env.exists(e, e.name.upperAscii() == 'NOETL_EHDB_FENCING')) || (has(c.envFrom) && size(c.envFrom) > 0))))
 {{- end }}
 
 {{/*

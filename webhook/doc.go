@@ -179,6 +179,13 @@
 //     leaseDurationSeconds on the webhook's own monotonic clock (JudgeRenewalsBy), so clock offsets
 //     between nodes neither refuse a live election nor admit a dead one; a Lease not seen renewing
 //     since the webhook started (or one read by GET, not yet in the watch) is not live: retry.
+//   - Environment names (envnames.go). A name is judged as the node that runs the pod matches it:
+//     exactly on a pod certain to run on Linux (spec.os.name: linux, or a kubernetes.io/os=linux
+//     label or nodeSelector, which the kubelet refuses elsewhere), up to ASCII case otherwise,
+//     since a Windows process reads noetl_ehdb_fencing as NOETL_EHDB_FENCING. Variants of one name
+//     that differ, or an unreadable source that may set it in any case, make it unknowable; so an
+//     undeclared pod that reads an envFrom Secret beside its election variables cannot be known:
+//     declare spec.os.name: linux. A value is judged as the process sees it, up to its first NUL.
 //
 // Against an adversary: one review's work is bounded whatever the object says (Policy.MaxShards,
 // MaxConfigMaps, a per-review Budget for resolving environments; above them a too_complex

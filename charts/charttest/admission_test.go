@@ -105,9 +105,12 @@ func initContainer(env []corev1.EnvVar, envFrom []corev1.EnvFromSource) corev1.C
 var (
 	fencing    = []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}}
 	fencingOff = []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "off"}}
-	otherEnv   = []corev1.EnvVar{{Name: "RUST_LOG", Value: "info"}}
-	fromCM     = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "writer-env"}}}}
-	fromSecret = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "writer-env"}}}}
+	// A Windows process reads environment names regardless of case (webhook/envnames.go).
+	fencingLower = []corev1.EnvVar{{Name: "noetl_ehdb_fencing", Value: "enforce"}}
+	fencingMixed = []corev1.EnvVar{{Name: "Noetl_Ehdb_Fencing", Value: "shadow"}}
+	otherEnv     = []corev1.EnvVar{{Name: "RUST_LOG", Value: "info"}}
+	fromCM       = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "writer-env"}}}}
+	fromSecret   = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "writer-env"}}}}
 )
 
 func podTemplate(c corev1.Container, init ...corev1.Container) corev1.PodTemplateSpec {
@@ -229,6 +232,8 @@ func TestWebhookRouting(t *testing.T) {
 		{"armed-cronjob-init-envfrom", createCronJob, guarded, podTemplate(container(nil, nil), initContainer(nil, fromSecret)), "CronJob", true},
 		{"quiet-cronjob", createCronJob, guarded, podTemplate(container(otherEnv, nil)), "CronJob", false},
 		{"armed-pod", createPod, guarded, podTemplate(container(fencing, nil)), "Pod", true},
+		{"armed-pod-lower-case", createPod, guarded, podTemplate(container(fencingLower, nil)), "Pod", true},
+		{"armed-deployment-mixed-case", createDeployment, guarded, podTemplate(container(fencingMixed, nil)), "Deployment", true},
 		{"armed-pod-envfrom-secret", createPod, guarded, podTemplate(container(nil, fromSecret)), "Pod", true},
 		{"armed-pod-init", createPod, guarded, podTemplate(container(nil, nil), initContainer(fencing, nil)), "Pod", true},
 		{"quiet-pod", createPod, guarded, podTemplate(container(otherEnv, nil)), "Pod", false},

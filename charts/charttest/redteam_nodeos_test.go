@@ -38,7 +38,7 @@ func TestRedTeamTheNodesEnvironmentRules(t *testing.T) {
 
 	t.Run("armed in lower case on Windows, the default ServiceAccount", func(t *testing.T) {
 		_, err := pods.Create(ctx, bare("win-0", corev1.Windows, lower), dryRunCreate)
-		refused(t, "a Windows Pod with noetl_ehdb_fencing=enforce", err, `noetl_ehdb_fencing="enforce"`, "default ServiceAccount")
+		refused(t, "a Windows Pod with noetl_ehdb_fencing=enforce", err, "election is not enabled", "default ServiceAccount")
 		_, err = pods.Create(ctx, bare("linux-0", corev1.Linux, lower), dryRunCreate)
 		admitted(t, "the same Pod declared Linux (the name is another variable there)", err)
 	})
@@ -56,7 +56,13 @@ func TestRedTeamTheNodesEnvironmentRules(t *testing.T) {
 	})
 
 	t.Run("the reference writer with an envFrom Secret", func(t *testing.T) {
-		secret := func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.Containers[0].EnvFrom = fromSecret }
+		// Every variable the election reads is explicit, so on Linux the Secret (envFrom comes
+		// first; env wins) can change none of them.
+		secret := func(s *appsv1.StatefulSet) {
+			s.Spec.Template.Spec.Containers[0].EnvFrom = fromSecret
+			wt.SetEnv("NOETL_EHDB_ELECTION_NAMESPACE", rt.ns)(s)
+			wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0")(s) // else HOSTNAME may come from the Secret
+		}
 		_, err := cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("undeclared", secret), dryRunCreate)
 		refused(t, "the OS undeclared: the Secret may set the election off in another case", err, "in another case", "spec.os.name: linux")
 		_, err = cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("declared", secret, onOS(corev1.Linux)), dryRunCreate)

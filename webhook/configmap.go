@@ -176,7 +176,8 @@ func requiresConfigMap(w *Workload, name string) bool {
 // Deployment's ReplicaSets and their Pods), so one change read by a set of many replicas is judged
 // once per template, not once per Pod. A reader whose controller is absent, or differs, or was not
 // judged for it (in deletion, running no pods, a Pod not as its controller makes them:
-// madeByOwner), stays.
+// madeByOwner), stays. Every owner a dropped Pod is judged through, up the chain, carries when the
+// Pod's processes started and what they read then (runsAs).
 func judgedThroughController(readers []*Workload) []*Workload {
 	byUID := map[string]*Workload{}
 	for _, w := range readers {
@@ -184,21 +185,33 @@ func judgedThroughController(readers []*Workload) []*Workload {
 			byUID[w.UID] = w
 		}
 	}
-	return slices.DeleteFunc(slices.Clone(readers), func(w *Workload) bool {
+	through := map[*Workload]*Workload{}
+	for _, w := range readers {
 		ref := w.ControllerRef
 		if ref == nil || !w.Exempt {
-			return false
+			continue
 		}
 		owner, ok := byUID[string(ref.UID)]
 		if !ok || owner.Name != ref.Name || owner.Kind != ref.Kind {
-			return false
+			continue
 		}
 		if w.Kind == gvkPod.Kind {
-			return sameEnvironment(w, owner) && madeByOwner(w, owner)
+			if sameEnvironment(w, owner) && madeByOwner(w, owner) {
+				through[w] = owner
+			}
+		} else if held, _ := exemptionHolds(w, owner, true, true, false); held {
+			through[w] = owner
 		}
-		held, _ := exemptionHolds(w, owner, true, true, false)
-		return held
-	})
+	}
+	for w := range through {
+		if w.Kind != gvkPod.Kind {
+			continue
+		}
+		for o, seen := through[w], 0; o != nil && seen < len(readers); o, seen = through[o], seen+1 {
+			o.runsAs(w)
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(readers), func(w *Workload) bool { return through[w] != nil })
 }
 
 // sameEnvironment reports whether a Pod's containers read their environment exactly as its

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 )
 
 // What ConfigMap reads may hold. A review keeps only the keys that can matter (keyFilter), at
@@ -219,19 +220,15 @@ func (r *configMapReader) fetch(ctx context.Context, namespace, name string, fil
 		if kept > limit {
 			return ConfigMapFact{Err: fmt.Errorf("ConfigMap %s/%s: %w", namespace, name, errTooLarge)}, 0
 		}
-		return ConfigMapFact{Data: data}, int64(kept)
+		changed, _ := lastChange(&cm.ObjectMeta, "")
+		return ConfigMapFact{Data: data, Changed: changed}, int64(kept)
 	}
 	// Its metadata first: when its resourceVersion is the one the kept keys were read at, they
 	// are current (the GET is a quorum read made after the review began), and the API server
 	// need not send the whole ConfigMap again.
-	raw, err := rc.Get().Namespace(namespace).Resource("configmaps").Name(name).
-		SetHeader("Accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1").Do(ctx).Raw()
-	if err != nil {
-		return getError(namespace, name, err), 0
-	}
-	var meta metav1.PartialObjectMetadata
-	if err := json.Unmarshal(raw, &meta); err != nil || meta.ResourceVersion == "" {
-		return ConfigMapFact{Err: fmt.Errorf("reading the metadata of ConfigMap %s/%s: no resourceVersion (%v)", namespace, name, err)}, 0
+	meta, fact := r.metadata(ctx, rc, namespace, name)
+	if meta == nil {
+		return fact, 0
 	}
 	key := namespace + "/" + name + "\x02" + filter.signature()
 	if c, ok := r.cached(key, meta.ResourceVersion); ok {
@@ -250,11 +247,35 @@ func (r *configMapReader) fetch(ctx context.Context, namespace, name string, fil
 	for _, v := range data {
 		kept += len(v)
 	}
-	fact := ConfigMapFact{Data: data}
-	// Kept under the version its metadata had: the content read is at that version or later, so
-	// it is served only while that version is still the current one, when the two are the same.
+	// When it last changed (started.go), from metadata read after the content: the content is of
+	// that version or an earlier one, so the time is never earlier than the content's change.
+	after, fact := r.metadata(ctx, rc, namespace, name)
+	if after == nil {
+		return fact, 0
+	}
+	changed, _ := lastChange(&after.ObjectMeta, "")
+	fact = ConfigMapFact{Data: data, Changed: changed}
+	if after.ResourceVersion != meta.ResourceVersion {
+		return fact, int64(kept) // changed in between: the content's version is not known
+	}
+	// Kept under the version its metadata had before and after: the content is of that version,
+	// served only while it is still the current one.
 	r.keep(key, meta.ResourceVersion, fact, int64(kept))
 	return fact, int64(kept)
+}
+
+// metadata GETs the ConfigMap's metadata only, or says why it could not.
+func (r *configMapReader) metadata(ctx context.Context, rc *rest.RESTClient, namespace, name string) (*metav1.PartialObjectMetadata, ConfigMapFact) {
+	raw, err := rc.Get().Namespace(namespace).Resource("configmaps").Name(name).
+		SetHeader("Accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1").Do(ctx).Raw()
+	if err != nil {
+		return nil, getError(namespace, name, err)
+	}
+	var meta metav1.PartialObjectMetadata
+	if err := json.Unmarshal(raw, &meta); err != nil || meta.ResourceVersion == "" {
+		return nil, ConfigMapFact{Err: fmt.Errorf("reading the metadata of ConfigMap %s/%s: no resourceVersion (%v)", namespace, name, err)}
+	}
+	return &meta, ConfigMapFact{}
 }
 
 // The kept keys of ConfigMaps by what they were read at, at most maxCachedKeptBytes in all.

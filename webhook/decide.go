@@ -42,6 +42,9 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	budget := in.budget()
 	cms := in.configMapsFor(f.configMapsFinal(), false)
 	views := view(w, cms, budget)
+	if in.RBACChange != nil {
+		asRunning(w, views, f) // an RBAC change bites the processes running now
+	}
 	var armed []*containerView
 	for i := range views {
 		if views[i].armed {

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -121,6 +122,9 @@ func (u *Unknown) String() string {
 type ConfigMapFact struct {
 	Data     map[string]string // .data only: the kubelet never puts .binaryData into the environment
 	NotFound bool
+	// Changed is when the API server last recorded a change of it (lastChange), zero when it kept
+	// no record: a running container read it as it was at its start (started.go).
+	Changed time.Time
 	Err      error // any other error (forbidden, timeout, ...)
 }
 

@@ -84,8 +84,7 @@ var PodSources = []PodSource{
 		TemplatePath: "spec", Reader: true,
 		ExemptBy: exemptBy(gvkStatefulSet, gvkReplicaSet, gvkDaemonSet, gvkJob, gvkRC),
 		strip: func(o runtime.Object) {
-			p := o.(*corev1.Pod)
-			p.ManagedFields, p.Status = nil, corev1.PodStatus{}
+			stripPodForReaders(o.(*corev1.Pod))
 		}},
 	{GVK: gvkStatefulSet, Resource: "statefulsets", Scale: true, New: func() runtime.Object { return &appsv1.StatefulSet{} },
 		of: func(o runtime.Object) (*metav1.ObjectMeta, *corev1.PodTemplateSpec, bool) {

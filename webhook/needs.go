@@ -21,6 +21,9 @@ func Needs(in Input, f *Facts, p Policy) Query {
 	budget := in.budget()
 	b := newQueryBuilder(f, w.Namespace)
 	views := view(w, in.configMapsFor(f.configMaps(), false), budget)
+	if in.RBACChange != nil {
+		asRunning(w, views, f) // as Decide judges it
+	}
 	anyArmed := false
 	for i := range views {
 		v := &views[i]

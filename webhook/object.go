@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -72,6 +73,14 @@ type Workload struct {
 	// Indexed is true for an Indexed Job (or a CronJob whose Jobs are): its controller gives each
 	// pod a completion index (runs.go).
 	Indexed bool
+	// RunningSince, for a Pod, is the earliest start of a process of it that may still run (zero:
+	// none runs); for an owner in an RBAC review, that of the Pods judged through it. Such a process
+	// holds the environment of its start (started.go). MetaChanged is when the Pod's labels or
+	// annotations last changed (the latest of its Pods', for an owner), MetaUnrecorded that the API
+	// server kept no record of it.
+	RunningSince   time.Time
+	MetaChanged    time.Time
+	MetaUnrecorded bool
 }
 
 // Containers returns init containers first, then containers, then ephemeral containers: all of
@@ -164,6 +173,9 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 		w.Pod = PodContext{Template: false, Spec: &o.Spec, Meta: PodMeta{
 			Name: o.Name, UID: string(o.UID), Labels: o.Labels, Annotations: o.Annotations,
 		}}
+		w.RunningSince = runningSince(o)
+		changed, recorded := lastChange(&o.ObjectMeta, "f:metadata")
+		w.MetaChanged, w.MetaUnrecorded = changed, !recorded
 	case *appsv1.StatefulSet:
 		w.setReplicas(o.Spec.Replicas)
 		if o.Spec.Ordinals != nil {

@@ -52,6 +52,9 @@ func DisarmMessage(c *RBACChange, denials []Decision) string {
 			break
 		}
 		fmt.Fprintf(&b, "\n%s:", d.Subject)
+		if len(d.Unknowable) > 0 { // armed for a reason the writer's owner may not see: say it
+			fmt.Fprintf(&b, " (armed: %s)", listed(d.Armed))
+		}
 		for j, u := range d.Unmet {
 			if j == maxListed {
 				break

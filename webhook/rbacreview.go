@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -138,10 +137,5 @@ func (h *Handler) armableUsers(sels ...AccountSelector) ([]*Workload, error) {
 // mayArm is the chart's matchCondition for pod templates (cel.podSpecMayArm): a container sets
 // the fencing variable (up to case) or reads envFrom. Nothing else can be armed, so nothing else is judged.
 func mayArm(w *Workload) bool {
-	for _, c := range containerSources(w) {
-		if len(c.envFrom) > 0 || slices.ContainsFunc(c.env, func(e corev1.EnvVar) bool { return mayBeName(e.Name, EnvFencing) }) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(w.Containers(), mayArmContainer)
 }

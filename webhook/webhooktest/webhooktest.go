@@ -119,9 +119,12 @@ func LiveLease(namespace string, shard uint32, renewed time.Time, epoch int32) *
 // Resolver is a fake webhook.Resolver over fixed answers. Anything not listed is NotFound,
 // access not listed is denied. It records every lookup.
 type Resolver struct {
-	ConfigMaps      map[string]map[string]string // present ConfigMaps' data
-	ConfigMapErr    map[string]error
-	ServiceAccounts map[string]map[string]string // present ServiceAccounts' annotations
+	ConfigMaps   map[string]map[string]string // present ConfigMaps' data
+	ConfigMapErr map[string]error
+	// ConfigMapChanged is when each ConfigMap last changed, as the API server records it (none:
+	// it kept no record).
+	ConfigMapChanged map[string]time.Time
+	ServiceAccounts  map[string]map[string]string // present ServiceAccounts' annotations
 	// NoAutomount lists ServiceAccounts with automountServiceAccountToken: false.
 	NoAutomount map[string]bool
 	SAErr       error
@@ -199,7 +202,7 @@ func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
 		case r.ConfigMapErr[name] != nil:
 			f.ConfigMaps[name] = webhook.ConfigMapFact{Err: r.ConfigMapErr[name]}
 		case ok:
-			f.ConfigMaps[name] = webhook.ConfigMapFact{Data: data}
+			f.ConfigMaps[name] = webhook.ConfigMapFact{Data: data, Changed: r.ConfigMapChanged[name]}
 		default:
 			f.ConfigMaps[name] = webhook.ConfigMapFact{NotFound: true}
 		}

@@ -1,0 +1,142 @@
+package webhook_test
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
+)
+
+// A running process keeps the environment of its start (webhook/started.go): a writer whose
+// ConfigMap, or whose own annotation, was set from enforce to shadow still runs armed until it
+// restarts, so unbinding its account under it fails its shard. Before the rule the guard judged
+// every reader by what it would read now, and each row marked refused was admitted.
+func TestRBACChangesJudgeWhatTheRunningProcessRead(t *testing.T) {
+	started := now.Add(-time.Hour)
+	running := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.NodeName = "node-1"
+		p.CreationTimestamp = metav1.NewTime(started.Add(-10 * time.Minute))
+		p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate,
+			Time: &metav1.Time{Time: started.Add(-10 * time.Minute)}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)}}}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: wt.ContainerName,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}}}}}
+		return p
+	}
+	onLinux := func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.OS = &corev1.PodOS{Name: corev1.Linux} }
+	viaConfigMap := sts(append(compliant(), onLinux, unsetEnv("NOETL_EHDB_FENCING"), envFrom(cmEnvFrom("flags", "")))...)
+	viaKey := sts(append(compliant(), onLinux, envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false)))...)
+	viaKey.UID = "u" // as pod() names its controller
+	viaAnnotation := sts(append(compliant(), onLinux, envVar(corev1.EnvVar{Name: "NOETL_EHDB_FENCING", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['noetl.io/fencing']"}}}))...)
+	literal := sts(append(compliant(), onLinux, wt.SetEnv("NOETL_EHDB_FENCING", "shadow"), envFrom(cmEnvFrom("flags", "")))...)
+	annotated := func(p *corev1.Pod, at time.Time) *corev1.Pod {
+		p.Annotations = map[string]string{"noetl.io/fencing": "shadow"}
+		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{Manager: "kubectl-annotate", Operation: metav1.ManagedFieldsOperationUpdate,
+			Time: &metav1.Time{Time: at}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:noetl.io/fencing":{}}}}`)}})
+		return p
+	}
+	shadowNow := map[string]map[string]string{"flags": {"NOETL_EHDB_FENCING": "shadow", "fencing": "shadow"}}
+	changedAfter := map[string]time.Time{"flags": started.Add(10 * time.Minute)}
+	changedBefore := map[string]time.Time{"flags": started.Add(-2 * time.Minute)}
+	changedJustBefore := map[string]time.Time{"flags": started.Add(-20 * time.Second)} // within the kubelet's cache lag and clock skew
+	notRunning := func(p *corev1.Pod) *corev1.Pod { p.Spec.NodeName = ""; p.Status = corev1.PodStatus{}; return p }
+	unreported := func(p *corev1.Pod) *corev1.Pod { p.Status.ContainerStatuses = nil; return p }
+	crashLooping := func(p *corev1.Pod) *corev1.Pod {
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+		return p
+	}
+	setPod := func(s *appsv1.StatefulSet, ordinal string) *corev1.Pod { // as the StatefulSet controller names it
+		p := pod(s, s.Name+"-"+ordinal)
+		p.Spec.Hostname, p.Spec.Subdomain = p.Name, s.Spec.ServiceName
+		return p
+	}
+	chartRB := roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA))
+
+	cases := []struct {
+		name       string
+		readers    []any
+		configMaps map[string]map[string]string
+		changed    map[string]time.Time
+		allowed    bool
+		msg        []string
+	}{
+		{"a bare writer whose ConfigMap went to shadow after it started", []any{running(barePod(viaConfigMap, "w-0"))}, shadowNow, changedAfter, false,
+			append(disarming, "as its process read it at its start cannot be known", `ConfigMap "flags" changed at`)},
+		{"the StatefulSet's own Pod, judged through its set", []any{viaKey, running(setPod(viaKey, "0"))}, shadowNow, changedAfter, false,
+			append(disarming, "StatefulSet noetl/"+wt.WriterName)},
+		{"within a minute before its start", []any{running(barePod(viaConfigMap, "w-0"))}, shadowNow, changedJustBefore, false, disarming},
+		{"a ConfigMap with no record of its changes", []any{running(barePod(viaConfigMap, "w-0"))}, shadowNow, nil, false, append(disarming, "no record of when it last changed")},
+		{"its ConfigMap deleted under it", []any{running(barePod(viaKey, "w-0"))}, nil, nil, false, append(disarming, "has been deleted since")},
+		{"a container the kubelet has not reported yet", []any{unreported(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, false, disarming},
+		{"an annotation it reads set to shadow after it started", []any{annotated(running(barePod(viaAnnotation, "w-0")), started.Add(5*time.Minute))}, nil, nil, false,
+			append(disarming, "the Pod's labels or annotations, which it reads, changed at")},
+
+		{"restarted since the ConfigMap changed", []any{running(barePod(viaConfigMap, "w-0"))}, shadowNow, changedBefore, true, nil},
+		{"the annotation set before it started", []any{annotated(running(barePod(viaAnnotation, "w-0")), started.Add(-5*time.Minute))}, nil, nil, true, nil},
+		{"not running anywhere", []any{notRunning(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, true, nil},
+		{"waiting to restart: its next start reads the ConfigMap", []any{crashLooping(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, true, nil},
+		{"fencing fixed to a literal the ConfigMap cannot replace", []any{running(barePod(literal, "w-0"))}, shadowNow, changedAfter, true, nil},
+		{"the StatefulSet with no Pod running", []any{viaKey}, shadowNow, changedAfter, true, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := rbacCluster()
+			cluster.ConfigMaps, cluster.ConfigMapChanged = tc.configMaps, tc.changed
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, tc.readers...), Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, admissionv1.Delete, rbKind, chartRole, nil, chartRB))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("deleting the writer's RoleBinding: allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(out.Response.Result.Message, m) {
+					t.Errorf("the refusal does not say %q:\n%s", m, out.Response.Result.Message)
+				}
+			}
+		})
+	}
+}
+
+// The webhook's watch keeps of a Pod only what the rule reads, and judges it the same.
+func TestTheWatchKeepsWhenAPodsProcessesStarted(t *testing.T) {
+	p := pod(sts(compliant()...), wt.WriterName+"-0")
+	p.Spec.NodeName = "node-1"
+	at := metav1.NewTime(now.Add(-time.Hour))
+	p.ManagedFields = []metav1.ManagedFieldsEntry{
+		{Manager: "kubectl", Time: &metav1.Time{Time: now.Add(-2 * time.Hour)}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{}}}`)}},
+		{Manager: "kubelet", Subresource: "status", Time: &metav1.Time{Time: now}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}},
+	}
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady}}, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: wt.ContainerName, Image: "x", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at}}}}}
+	before, err := webhook.WorkloadOf(p.DeepCopy(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stripped, err := webhook.StripForReaders(p.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := webhook.WorkloadOf(stripped.(*corev1.Pod), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !before.RunningSince.Equal(at.Time) || !after.RunningSince.Equal(at.Time) {
+		t.Errorf("running since %v (stripped: %v), want %v", before.RunningSince, after.RunningSince, at.Time)
+	}
+	if want := now.Add(-2 * time.Hour); !before.MetaChanged.Equal(want) || !after.MetaChanged.Equal(want) || after.MetaUnrecorded {
+		t.Errorf("metadata changed at %v (stripped: %v, unrecorded %v), want %v: the kubelet's status writes are not metadata", before.MetaChanged, after.MetaChanged, after.MetaUnrecorded, want)
+	}
+	if s := stripped.(*corev1.Pod).Status; len(s.Conditions) != 0 || s.ContainerStatuses[0].Image != "" {
+		t.Errorf("the watch keeps more of the status than the rule reads: %+v", s)
+	}
+}

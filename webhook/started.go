@@ -1,0 +1,224 @@
+package webhook
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// This file answers: what environment does a running container hold?
+//
+// The one of its start. The kubelet resolves a container's environment once, when it starts it
+// (makeEnvironmentVariables, from generateRunContainerOptions), and a process's environment never
+// changes after exec; so a ConfigMap edit, or an edit of the Pod's labels or annotations that a
+// fieldRef reads, reaches a container only at its next start. The guard judges a workload as it
+// will next start (a ConfigMap change is judged for every reader so), but an RBAC or
+// ServiceAccount change bites the processes running now: a writer whose ConfigMap was set from
+// enforce to shadow still runs armed until it restarts, and unbinding its account then fails its
+// shard. So an RBAC review counts a running container as possibly armed when what it read at its
+// start may differ from what the guard reads now: a ConfigMap it reads, or the Pod's metadata
+// when a fieldRef reads it, changed after (or shortly before) the container started.
+//
+// "Changed" is the API server's own record: the latest managedFields time of the ConfigMap (or
+// its creation), and of the Pod's metadata fields; every update that changes fields sets its
+// manager's time, even one that resets managedFields, so an object with none at all counts as
+// changed at an unknown time. "Started" is the kubelet's report, status.containerStatuses[].state
+// .running.startedAt, on the node's clock; a container of a Pod bound to a node with no report yet
+// may have started at any time since the Pod was created. startSkew covers the node's clock being
+// behind the API server's and the kubelet's ConfigMap cache lagging behind the change: a node clock
+// ahead by more than that can hide a change (the same assumption the kubelet's certificate
+// rotation and every token's expiry make about node clocks).
+
+// startSkew is how much earlier than a container's reported start a change must be for the guard
+// to take it as read by that start.
+const startSkew = time.Minute
+
+// runningSince is the earliest instant a process of p may have started that still runs (zero when
+// none can run now): the earliest startedAt of its running containers, and the Pod's creation for
+// a container the kubelet has not reported yet on a Pod bound to a node.
+func runningSince(p *corev1.Pod) time.Time {
+	if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return time.Time{}
+	}
+	reported := map[string]bool{}
+	var since time.Time
+	earliest := func(t time.Time) {
+		if since.IsZero() || t.Before(since) {
+			since = t
+		}
+	}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
+		for _, s := range list {
+			reported[s.Name] = true
+			if r := s.State.Running; r != nil {
+				earliest(r.StartedAt.Time)
+			}
+		}
+	}
+	for _, c := range podContainerNames(&p.Spec) {
+		if !reported[c] {
+			earliest(p.CreationTimestamp.Time)
+		}
+	}
+	return since
+}
+
+func podContainerNames(spec *corev1.PodSpec) []string {
+	var out []string
+	for _, c := range spec.InitContainers {
+		out = append(out, c.Name)
+	}
+	for _, c := range spec.Containers {
+		out = append(out, c.Name)
+	}
+	for _, c := range spec.EphemeralContainers {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// lastChange is the latest time managedFields records for an update of the fields under prefix
+// (all of them for ""), or the creation when none touched them; ok is false when the object has
+// no managedFields at all (reset), so its changes cannot be dated.
+func lastChange(meta *metav1.ObjectMeta, prefix string) (time.Time, bool) {
+	if len(meta.ManagedFields) == 0 {
+		return time.Time{}, false
+	}
+	last := meta.CreationTimestamp.Time
+	for _, m := range meta.ManagedFields {
+		if m.Time == nil || (prefix != "" && (m.FieldsV1 == nil || !bytes.Contains(m.FieldsV1.Raw, []byte(`"`+prefix+`"`)))) {
+			continue
+		}
+		if m.Time.After(last) {
+			last = m.Time.Time
+		}
+	}
+	return last, true
+}
+
+// stripPodForReaders keeps of a Pod's status and managedFields only what runningSince and the
+// metadata's lastChange read: the watch holds every Pod of the guarded namespaces.
+func stripPodForReaders(p *corev1.Pod) {
+	if t, ok := lastChange(&p.ObjectMeta, "f:metadata"); ok {
+		p.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &metav1.Time{Time: t}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{}}`)}}}
+	} else {
+		p.ManagedFields = nil
+	}
+	keep := func(list []corev1.ContainerStatus) []corev1.ContainerStatus {
+		out := make([]corev1.ContainerStatus, 0, len(list))
+		for _, s := range list {
+			out = append(out, corev1.ContainerStatus{Name: s.Name, State: corev1.ContainerState{Running: s.State.Running}})
+		}
+		return out
+	}
+	p.Status = corev1.PodStatus{Phase: p.Status.Phase, InitContainerStatuses: keep(p.Status.InitContainerStatuses),
+		ContainerStatuses: keep(p.Status.ContainerStatuses), EphemeralContainerStatuses: keep(p.Status.EphemeralContainerStatuses)}
+}
+
+// runsAs makes owner, judged in place of its Pod p, carry what p's running processes read at
+// their start: the earliest start, and the latest (or an unrecorded) change of the metadata.
+func (owner *Workload) runsAs(p *Workload) {
+	if p.RunningSince.IsZero() {
+		return
+	}
+	if owner.RunningSince.IsZero() || p.RunningSince.Before(owner.RunningSince) {
+		owner.RunningSince = p.RunningSince
+	}
+	if p.MetaChanged.After(owner.MetaChanged) {
+		owner.MetaChanged = p.MetaChanged
+	}
+	owner.MetaUnrecorded = owner.MetaUnrecorded || p.MetaUnrecorded
+}
+
+// readsPodMetadata reports whether c's env reads the Pod's labels or annotations.
+func readsPodMetadata(c *corev1.Container) bool {
+	for _, e := range c.Env {
+		if r := e.ValueFrom; r != nil && r.FieldRef != nil &&
+			(strings.HasPrefix(r.FieldRef.FieldPath, "metadata.labels") || strings.HasPrefix(r.FieldRef.FieldPath, "metadata.annotations")) {
+			return true
+		}
+	}
+	return false
+}
+
+// readSinceStart says why c, running since w.RunningSince, may hold another environment than the
+// guard resolves now, or "": a ConfigMap the review read for it (f), or the Pod's metadata it
+// reads, changed after startSkew before that start, or at a time the API server did not record.
+func readSinceStart(w *Workload, c *corev1.Container, f *Facts) string {
+	since := w.RunningSince
+	if since.IsZero() {
+		return ""
+	}
+	after := func(t time.Time) bool { return !t.Before(since.Add(-startSkew)) }
+	started := "it has run since " + since.UTC().Format(time.RFC3339)
+	for _, name := range referencedConfigMaps(c) {
+		cm, ok := f.ConfigMaps[name]
+		switch {
+		case !ok || cm.Err != nil:
+			continue // not read for this container: nothing in it can matter (or already unknowable)
+		case cm.NotFound:
+			if !optionalConfigMapRef(c, name) {
+				return fmt.Sprintf("%s, and ConfigMap %q, which it could not have started without, has been deleted since", started, name)
+			}
+		case cm.Changed.IsZero():
+			return fmt.Sprintf("%s, and ConfigMap %q has no record of when it last changed", started, name)
+		case after(cm.Changed):
+			return fmt.Sprintf("%s, and ConfigMap %q changed at %s", started, name, cm.Changed.UTC().Format(time.RFC3339))
+		}
+	}
+	if readsPodMetadata(c) {
+		switch {
+		case w.MetaUnrecorded:
+			return started + ", and the Pod's labels and annotations, which it reads, have no record of when they last changed"
+		case after(w.MetaChanged):
+			return fmt.Sprintf("%s, and the Pod's labels or annotations, which it reads, changed at %s", started, w.MetaChanged.UTC().Format(time.RFC3339))
+		}
+	}
+	return ""
+}
+
+// optionalConfigMapRef reports whether every reference of c to ConfigMap name is optional: the
+// kubelet starts the container without such a ConfigMap, so its absence now says nothing of then.
+func optionalConfigMapRef(c *corev1.Container, name string) bool {
+	for _, f := range c.EnvFrom {
+		if r := f.ConfigMapRef; r != nil && r.Name == name && (r.Optional == nil || !*r.Optional) {
+			return false
+		}
+	}
+	for _, e := range c.Env {
+		if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil && r.ConfigMapKeyRef.Name == name &&
+			(r.ConfigMapKeyRef.Optional == nil || !*r.ConfigMapKeyRef.Optional) {
+			return false
+		}
+	}
+	return true
+}
+
+// asRunning is, for an RBAC review, each container of w as its running process holds it: one that
+// may read its fencing switch from what has changed since it started counts as armed, since what it
+// read then cannot be known. A container that fixes the switch to a literal, or cannot set it,
+// holds the same switch as it did at its start.
+func asRunning(w *Workload, views []containerView, f *Facts) {
+	names := envNamesOf(&w.Pod)
+	for i := range views {
+		v := &views[i]
+		if v.armed || unarmedLiterally(v.c, names) || !mayArmContainer(v.c) {
+			continue
+		}
+		if why := readSinceStart(w, v.c, f); why != "" {
+			v.armed, v.unknowable = true, true
+			v.why = fmt.Sprintf("%s as its process read it at its start cannot be known (%s; a process keeps the environment of its start: restart it to have it read the current one)", EnvFencing, why)
+		}
+	}
+}
+
+// mayArmContainer reports whether c can set the fencing switch: an env entry of its name (up to
+// case) or an envFrom source.
+func mayArmContainer(c *corev1.Container) bool {
+	return len(c.EnvFrom) > 0 || slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return mayBeName(e.Name, EnvFencing) })
+}

@@ -125,7 +125,7 @@ type ConfigMapFact struct {
 	// Changed is when the API server last recorded a change of it (lastChange), zero when it kept
 	// no record: a running container read it as it was at its start (started.go).
 	Changed time.Time
-	Err      error // any other error (forbidden, timeout, ...)
+	Err     error // any other error (forbidden, timeout, ...)
 }
 
 // ConfigMapSource answers ConfigMap lookups during resolution; ok=false means "not read yet".

@@ -162,7 +162,12 @@
 //     ConfigMaps too. Bindings and roles are read fresh, never from a
 //     cache; cached "allowed" answers are dropped on any RBAC or ServiceAccount change the watches
 //     see (ForgetOnChange). A Role or RoleBinding can take access only in its own namespace, so
-//     only that access is judged. The guard's own access is kept (rbacself.go): while it serves, a
+//     only that access is judged. A running process keeps the environment of its start
+//     (started.go): an RBAC review judges a running container whose fencing switch it read from a
+//     ConfigMap, or from the Pod's labels or annotations, that changed since (the API server's
+//     managedFields time against the kubelet's startedAt, with a minute's margin) as armed, so a
+//     ConfigMap set to shadow does not disarm a writer until it restarts. The guard's own access
+//     is kept (rbacself.go): while it serves, a
 //     change that unbinds its ServiceAccount, deletes the account, or takes from a role bound to it
 //     the reads it verifies writers with is refused (guard_access). Out of reach: a grant by
 //     another authorizer (only the RBAC grant is judged), any two changes judged at the same

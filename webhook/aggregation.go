@@ -35,6 +35,9 @@ type ClusterRoleInfo struct {
 type ClusterRolesFact struct {
 	Items []ClusterRoleInfo
 	Err   error
+	// Unread says why the webhook may not list ClusterRoles at all: a read of its own ClusterRole
+	// that only whoever may change cluster RBAC can take (an older chart's, after a rollback).
+	Unread string
 }
 
 // ClusterRoleInfoOf converts the API object.

@@ -65,3 +65,18 @@ func DisarmMessage(c *RBACChange, denials []Decision) string {
 	fmt.Fprintf(&b, "\nRemove in the reverse order of arming: first set %s=shadow (or off) on these writers and wait for their rollout to finish, then remove the RBAC (the ServiceAccount last).", EnvFencing)
 	return b.String()
 }
+
+// olderRole is the warning that admits an RBAC change the webhook could not judge because its
+// own ClusterRole no longer grants the reads this version judges with (f.ClusterRoles.Unread), or
+// "" (then it is refused). A rollback to an older chart narrows the webhook's roles before it
+// reaches the writer's Role (Helm applies ClusterRoles, then Roles, then the webhook
+// configuration), and refusing would leave the release half rolled back; only whoever may change
+// cluster RBAC can take a ClusterRole's grant, and such a one can remove the webhook
+// configuration as well, so admitting gives no one more than they have. A namespaced read taken
+// (a Role in a guarded namespace, which its admins may edit) is still "could not verify".
+func olderRole(f *Facts, c *RBACChange) string {
+	if f == nil || f.ClusterRoles == nil || f.ClusterRoles.Unread == "" {
+		return ""
+	}
+	return truncate(fmt.Sprintf("ehdb-election guard: %s was not judged: %s; RBAC changes are not judged until the webhook's ClusterRole grants this version's reads again (a rollback to an older chart narrows it; that chart's webhook follows).", c, f.ClusterRoles.Unread), 480)
+}

@@ -39,6 +39,17 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 	ctx, cancel := h.deadline(ctx)
 	defer cancel()
 	change.guardsSelf = h.Self.Name != ""
+	// A review the webhook cannot complete is refused, unless its own cluster-wide reads were
+	// taken from it (olderRole).
+	couldNotVerify := func(msg string) Response {
+		f := h.Resolver.Resolve(ctx, Query{ClusterRoles: true})
+		if warning := olderRole(f, change); warning != "" {
+			h.observe(req, kind, true, ReasonNoOpinion, time.Since(start))
+			log.Info("decision", "allowed", true, "reason", "older_role", "why", msg)
+			return allowed().WithWarnings(warning)
+		}
+		return deny(ReasonCouldNotVerify, msg)
+	}
 
 	// Which accounts can the change touch?
 	facts := NewFacts(h.now())
@@ -49,14 +60,14 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 	}
 	accounts, err := change.Affected(facts, h.ClusterRoleScopes)
 	if err != nil {
-		return deny(ReasonCouldNotVerify, fmt.Sprintf("ehdb-election guard: could not verify %s: %v", change, err))
+		return couldNotVerify(fmt.Sprintf("ehdb-election guard: could not verify %s: %v", change, err))
 	}
 	if what := change.takesFromSelf(h.Self, accounts); what != "" {
 		return deny(ReasonGuardAccess, selfMessage(change, h.Self, what))
 	}
 	users, err := h.armableUsers(accounts...)
 	if err != nil {
-		return deny(ReasonCouldNotVerify, fmt.Sprintf("ehdb-election guard: could not tell which workloads run as the accounts %s touches: %v", change, err))
+		return couldNotVerify(fmt.Sprintf("ehdb-election guard: could not tell which workloads run as the accounts %s touches: %v", change, err))
 	}
 	users = judgedThroughController(users)
 
@@ -95,6 +106,9 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 		}
 		h.observe(req, kind, true, ReasonNoOpinion, time.Since(start))
 		return allowed().WithWarnings(warnings...)
+	}
+	if !slices.ContainsFunc(denials, func(d Decision) bool { return !d.unverified() }) {
+		return couldNotVerify(DisarmMessage(change, denials))
 	}
 	h.observe(req, kind, false, denials[0].Reason, time.Since(start))
 	return denied(DisarmMessage(change, denials)).WithWarnings(warnings...)

@@ -191,3 +191,43 @@ func TestRBACChangeOutsideTheWatchesIsNotVerified(t *testing.T) {
 		t.Fatalf("an RBAC change outside the watches: %s; want it refused as could not verify", raw)
 	}
 }
+
+// A rollback to an older chart narrows the webhook's ClusterRole and Roles before it reaches the
+// writer's Role (CI run 48: the rollback to 0.1.0 was refused "could not verify ... cannot list
+// rolebindings", and the release stayed half rolled back). A review the webhook cannot complete
+// because its own ClusterRole no longer grants its reads, which only a cluster-level actor can
+// take, is admitted with a warning; one whose namespaced reads alone were taken (a Role a guarded
+// namespace's admins may edit) stays refused.
+func TestRBACReviewAfterTheWebhooksClusterRoleWasNarrowed(t *testing.T) {
+	forbidden := errors.New(`rolebindings.rbac.authorization.k8s.io is forbidden: User "system:serviceaccount:noetl:ehdb-election-webhook" cannot list resource "rolebindings"`)
+	for _, tc := range []struct {
+		name    string
+		unread  string
+		allowed bool
+		msg     string
+	}{
+		{"the ClusterRole an older chart's", "this webhook may not list ClusterRoles (its ClusterRole is an older chart's?)", true, "was not judged"},
+		{"only a namespaced read taken", "", false, "could not verify"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := rbacCluster()
+			cluster.RBACErr, cluster.ClusterRolesUnread = forbidden, tc.unread
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, sts(compliant()...)), Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, admissionv1.Update, roleKind, chartRole,
+				mkRole(chartRole, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update"}}),
+				mkRole(chartRole, leaseRule, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"ehdb-elect"}})))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			said := strings.Join(out.Response.Warnings, " ")
+			if !tc.allowed {
+				said = out.Response.Result.Message
+			}
+			if !strings.Contains(said, tc.msg) {
+				t.Errorf("the answer does not say %q: %s", tc.msg, raw)
+			}
+		})
+	}
+}

@@ -328,7 +328,10 @@ func (r *APIResolver) leaseGuards(ctx context.Context, namespaces []string) map[
 // reads them.
 func (r *APIResolver) clusterRoles(ctx context.Context) ClusterRolesFact {
 	l, err := r.client.ListClusterRoles(ctx)
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err):
+		return ClusterRolesFact{Unread: "this webhook may not list ClusterRoles (its ClusterRole is an older chart's?)", Err: fmt.Errorf("listing ClusterRoles: %w", err)}
+	case err != nil:
 		return ClusterRolesFact{Err: fmt.Errorf("listing ClusterRoles: %w", err)}
 	}
 	out := ClusterRolesFact{Items: make([]ClusterRoleInfo, 0, len(l.Items))}

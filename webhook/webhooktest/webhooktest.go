@@ -145,6 +145,8 @@ type Resolver struct {
 	Roles               []rbacv1.Role
 	ClusterRoles        []rbacv1.ClusterRole
 	RBACErr             error
+	// ClusterRolesUnread, with RBACErr, is a ClusterRole list the webhook is forbidden.
+	ClusterRolesUnread string
 	// BindingsErr fails the listing of the bindings of one scope (a namespace the webhook may not
 	// read, say).
 	BindingsErr map[string]error
@@ -278,7 +280,7 @@ func (r *Resolver) Resolve(_ context.Context, q webhook.Query) *webhook.Facts {
 		f.Roles[k] = fact
 	}
 	if q.ClusterRoles {
-		fact := webhook.ClusterRolesFact{Err: r.RBACErr}
+		fact := webhook.ClusterRolesFact{Err: r.RBACErr, Unread: r.ClusterRolesUnread}
 		if r.RBACErr == nil {
 			for i := range r.ClusterRoles {
 				fact.Items = append(fact.Items, webhook.ClusterRoleInfoOf(&r.ClusterRoles[i]))

@@ -3,8 +3,10 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -72,6 +74,11 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 		return denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
 	}
 	readers = judgedThroughController(affectedReaders(change, readers))
+	if msg := keptByKubelets(req, oldCM, readers); msg != "" {
+		h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
+		log.Info("decision", "allowed", false, "reason", ReasonCouldNotVerify, "why", msg)
+		return denied(msg)
+	}
 	ctx, cancel := h.deadline(ctx)
 	defer cancel()
 	var denials []Decision
@@ -229,4 +236,38 @@ func sameEnvironment(p, owner *Workload) bool {
 		}
 	}
 	return true
+}
+
+// keptByKubelets refuses the deletion of an immutable ConfigMap that a guarded object reads a key
+// of that can move it (readers, after affectedReaders), or returns "". The kubelet stops watching
+// an immutable object once it has it (objectCache.Get in the kubelet's watch-based manager) and
+// serves the copy to every container it starts on a node where a Pod still references the name,
+// so after a delete, or a delete and a re-create with other content, those containers start with
+// the old content while the guard judges the new: the seventeenth red team re-created one from
+// enforce to shadow, then turned the election off in the reader, and the kubelet would have
+// started it armed with the election off. Only readers of a key that matters to them hold it.
+// Moving the readers to another ConfigMap first is the way.
+func keptByKubelets(req Request, old *corev1.ConfigMap, readers []*Workload) string {
+	if req.Operation != admissionv1.Delete || old == nil || old.Immutable == nil || !*old.Immutable {
+		return ""
+	}
+	// Only readers that read a key of it that matters (configMapNeeds): an unrelated workload's
+	// immutable ConfigMap is deleted as freely as any other.
+	readers = slices.DeleteFunc(slices.Clone(readers), func(w *Workload) bool {
+		f := configMapNeeds(w)[old.Name]
+		return f != nil && !slices.ContainsFunc(slices.Collect(maps.Keys(old.Data)), f.keep)
+	})
+	if len(readers) == 0 {
+		return ""
+	}
+	names := make([]string, 0, maxListed)
+	for _, w := range readers {
+		if len(names) == maxListed {
+			names = append(names, fmt.Sprintf("and %d more", len(readers)-maxListed))
+			break
+		}
+		names = append(names, w.Kind+" "+w.Namespace+"/"+w.Name)
+	}
+	return fmt.Sprintf("ehdb-election guard: refusing to delete immutable ConfigMap %s/%s while %s read it: a kubelet keeps serving an immutable ConfigMap's content to every container it starts on a node where a Pod still references it, after a delete or a re-create, so the guard could no longer see what those containers start with. Move the readers to another ConfigMap (and wait for their rollout), then delete it.",
+		req.Namespace, old.Name, strings.Join(names, ", "))
 }

@@ -166,7 +166,9 @@
 //     (started.go): an RBAC review judges a running container whose fencing switch it read from a
 //     ConfigMap, or from the Pod's labels or annotations, that changed since (the API server's
 //     managedFields time against the kubelet's startedAt, with a minute's margin) as armed, so a
-//     ConfigMap set to shadow does not disarm a writer until it restarts. The guard's own access
+//     ConfigMap set to shadow does not disarm a writer until it restarts. A review the webhook
+//     cannot complete because its own ClusterRole no longer lets it list ClusterRoles (an older
+//     chart's, part-way through a rollback) is admitted with a warning (olderRole). The guard's own access
 //     is kept (rbacself.go): while it serves, a
 //     change that unbinds its ServiceAccount, deletes the account, or takes from a role bound to it
 //     the reads it verifies writers with is refused (guard_access). Out of reach: a grant by

@@ -74,7 +74,18 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 		return denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
 	}
 	readers = judgedThroughController(affectedReaders(change, readers))
-	if msg := keptByKubelets(req, oldCM, readers); msg != "" {
+	var holders []*Workload
+	if req.Operation == admissionv1.Delete && oldCM != nil && oldCM.Immutable != nil && *oldCM.Immutable {
+		hr, ok := h.Readers.(ConfigMapHolders)
+		if !ok {
+			return denied(fmt.Sprintf("ehdb-election guard: could not tell which Pods hold immutable ConfigMap %s/%s: this webhook's readers do not index them", req.Namespace, change.Name))
+		}
+		if holders, err = hr.HoldersOf(req.Namespace, change.Name); err != nil {
+			h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
+			return denied(fmt.Sprintf("ehdb-election guard: could not tell which Pods hold immutable ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
+		}
+	}
+	if msg := keptByKubelets(req, oldCM, readers, holders); msg != "" {
 		h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
 		log.Info("decision", "allowed", false, "reason", ReasonCouldNotVerify, "why", msg)
 		return denied(msg)
@@ -239,15 +250,19 @@ func sameEnvironment(p, owner *Workload) bool {
 }
 
 // keptByKubelets refuses the deletion of an immutable ConfigMap that a guarded object reads a key
-// of that can move it (readers, after affectedReaders), or returns "". The kubelet stops watching
+// of that can move it (readers, after affectedReaders), or that a Pod bound to a node references
+// by any means (holders: a volume is enough), or returns "". The kubelet stops watching
 // an immutable object once it has it (objectCache.Get in the kubelet's watch-based manager) and
 // serves the copy to every container it starts on a node where a Pod still references the name,
 // so after a delete, or a delete and a re-create with other content, those containers start with
 // the old content while the guard judges the new: the seventeenth red team re-created one from
 // enforce to shadow, then turned the election off in the reader, and the kubelet would have
-// started it armed with the election off. Only readers of a key that matters to them hold it.
-// Moving the readers to another ConfigMap first is the way.
-func keptByKubelets(req Request, old *corev1.ConfigMap, readers []*Workload) string {
+// started it armed with the election off; the eighteenth kept the copy on a node with a Pod that
+// only mounted it, and a new reader there would have started with it. Readers of no key that
+// matters to them do not count; every holder does, since whatever reads the name next on its node
+// gets the copy. Moving the readers to another ConfigMap, and deleting the Pods that hold it, first
+// is the way.
+func keptByKubelets(req Request, old *corev1.ConfigMap, readers, holders []*Workload) string {
 	if req.Operation != admissionv1.Delete || old == nil || old.Immutable == nil || !*old.Immutable {
 		return ""
 	}
@@ -257,17 +272,17 @@ func keptByKubelets(req Request, old *corev1.ConfigMap, readers []*Workload) str
 		f := configMapNeeds(w)[old.Name]
 		return f != nil && !slices.ContainsFunc(slices.Collect(maps.Keys(old.Data)), f.keep)
 	})
-	if len(readers) == 0 {
+	if len(readers) == 0 && len(holders) == 0 {
 		return ""
 	}
 	names := make([]string, 0, maxListed)
-	for _, w := range readers {
+	for _, w := range append(readers, holders...) {
 		if len(names) == maxListed {
 			names = append(names, fmt.Sprintf("and %d more", len(readers)-maxListed))
 			break
 		}
 		names = append(names, w.Kind+" "+w.Namespace+"/"+w.Name)
 	}
-	return fmt.Sprintf("ehdb-election guard: refusing to delete immutable ConfigMap %s/%s while %s read it: a kubelet keeps serving an immutable ConfigMap's content to every container it starts on a node where a Pod still references it, after a delete or a re-create, so the guard could no longer see what those containers start with. Move the readers to another ConfigMap (and wait for their rollout), then delete it.",
+	return fmt.Sprintf("ehdb-election guard: refusing to delete immutable ConfigMap %s/%s while %s read or reference it: a kubelet keeps serving an immutable ConfigMap's content to every container it starts on a node where a Pod still references it, after a delete or a re-create, so the guard could no longer see what those containers start with. Move the readers to another ConfigMap (and wait for their rollout) and delete the Pods that reference it, then delete it.",
 		req.Namespace, old.Name, strings.Join(names, ", "))
 }

@@ -33,7 +33,9 @@ type Owners interface {
 const ConfigMapIndex = "ehdb-election/configmaps"
 
 // IndexByConfigMap is a cache.IndexFunc over judged workloads: "<namespace>/<name>" of every
-// ConfigMap their pod template's containers read with envFrom or configMapKeyRef.
+// ConfigMap their pod template's containers read with envFrom or configMapKeyRef, and, for a Pod,
+// "<namespace>/<name>" + holdsKey of every ConfigMap it references at all (volumes, projected
+// sources, env): a kubelet keeps an immutable ConfigMap for as long as a Pod on its node does.
 func IndexByConfigMap(obj any) ([]string, error) {
 	o, ok := obj.(runtime.Object)
 	if !ok {
@@ -49,7 +51,75 @@ func IndexByConfigMap(obj any) ([]string, error) {
 			keys = appendNew(keys, w.Namespace+"/"+name)
 		}
 	}
+	if w.Kind == gvkPod.Kind && w.Pod.Spec != nil {
+		for _, name := range podConfigMaps(w) {
+			keys = appendNew(keys, w.Namespace+"/"+name+holdsKey)
+		}
+	}
 	return keys, nil
+}
+
+// holdsKey marks the index entries of the ConfigMaps a Pod references by any means (HoldersOf).
+const holdsKey = "\x00holds"
+
+// podConfigMaps lists every ConfigMap a Pod references, as the kubelet's ConfigMap manager counts
+// its references (VisitPodConfigmapNames: env, envFrom, configMap volumes and projected sources).
+func podConfigMaps(w *Workload) []string {
+	var out []string
+	for _, c := range w.Containers() {
+		for _, name := range referencedConfigMaps(c) {
+			out = appendNew(out, name)
+		}
+	}
+	for _, v := range w.Pod.Spec.Volumes {
+		if v.ConfigMap != nil {
+			out = appendNew(out, v.ConfigMap.Name)
+		}
+		if v.Projected != nil {
+			for _, s := range v.Projected.Sources {
+				if s.ConfigMap != nil {
+					out = appendNew(out, s.ConfigMap.Name)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// ConfigMapHolders finds the Pods that reference a ConfigMap by any means (HoldersOf).
+type ConfigMapHolders interface {
+	HoldersOf(namespace, configMap string) ([]*Workload, error)
+}
+
+// HoldersOf implements ConfigMapHolders: the Pods bound to a node that reference configMap.
+func (r IndexReaders) HoldersOf(namespace, configMap string) ([]*Workload, error) {
+	var out []*Workload
+	for _, idx := range r {
+		objs, err := idx.ByIndex(ConfigMapIndex, namespace+"/"+configMap+holdsKey)
+		if err != nil {
+			return nil, fmt.Errorf("reading the %s index: %w", ConfigMapIndex, err)
+		}
+		for _, o := range objs {
+			if ro, ok := o.(runtime.Object); ok {
+				if w, err := WorkloadOf(ro, namespace); err == nil && w.Pod.Spec.NodeName != "" {
+					out = append(out, w)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// HoldersOf implements ConfigMapHolders within the watches' namespaces.
+func (s ScopedReaders) HoldersOf(namespace, configMap string) ([]*Workload, error) {
+	h, ok := s.Readers.(ConfigMapHolders)
+	if !ok {
+		return nil, errors.New("the readers' cache does not index the Pods that hold a ConfigMap")
+	}
+	if !slices.Contains(s.Namespaces, "") && !slices.Contains(s.Namespaces, namespace) {
+		return nil, fmt.Errorf("this webhook's watches cover %v, not namespace %s", s.Namespaces, namespace)
+	}
+	return h.HoldersOf(namespace, configMap)
 }
 
 // IndexReaders answers ReadersOf from informer indexers that carry IndexByConfigMap (one per

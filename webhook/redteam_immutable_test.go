@@ -32,6 +32,13 @@ func TestDeletingAnImmutableConfigMapItsReadersHold(t *testing.T) {
 	unrelated := deployment(sts(unsetEnv("NOETL_EHDB_FENCING"), envFrom(cmEnvFrom("fence", ""))))
 	unrelated.Name = "app"
 	fencing := map[string]string{"NOETL_EHDB_FENCING": "enforce"}
+	// The eighteenth red team's holder: a Pod that only mounts it keeps the kubelet's copy on its node.
+	holder := func(node string) *corev1.Pod {
+		return &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: ns},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "x"}}, Volumes: []corev1.Volume{{Name: "v",
+				VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+					ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "fence"}}}}}}}}}}
+	}
 	for _, tc := range []struct {
 		name    string
 		readers []any
@@ -44,6 +51,9 @@ func TestDeletingAnImmutableConfigMapItsReadersHold(t *testing.T) {
 		{"a mutable one: the kubelet watches it", []any{armed}, cm(false, fencing), true},
 		{"an immutable one an unrelated app reads", []any{unrelated}, cm(true, map[string]string{"LOG_LEVEL": "info"}), true},
 		{"an immutable one nobody reads", nil, cm(true, fencing), true},
+		{"an immutable one a Pod on a node only mounts", []any{holder("node-1")}, cm(true, fencing), false},
+		{"an immutable one a Pod not yet on a node mounts", []any{holder("")}, cm(true, fencing), true},
+		{"a mutable one a Pod on a node mounts", []any{holder("node-1")}, cm(false, fencing), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := goodCluster()

@@ -688,6 +688,14 @@ func (h healthyReaders) ReadersOf(namespace, configMap string) ([]*webhook.Workl
 	return h.w.readers.ReadersOf(namespace, configMap)
 }
 
+// HoldersOf is ReadersOf's, for the Pods that hold a ConfigMap.
+func (h healthyReaders) HoldersOf(namespace, configMap string) ([]*webhook.Workload, error) {
+	if err := h.check(namespace); err != nil {
+		return nil, fmt.Errorf("the webhook cannot tell which Pods reference it: %w", err)
+	}
+	return h.w.readers.HoldersOf(namespace, configMap)
+}
+
 func (h healthyReaders) UsersOf(sel webhook.AccountSelector) ([]*webhook.Workload, error) {
 	if err := h.check(sel.Namespace); err != nil {
 		return nil, fmt.Errorf("the webhook cannot tell which workloads run as them: %w", err)

@@ -73,6 +73,11 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 		h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
 		return denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
 	}
+	if msg := unrecordedChange(req, oldCM, newCM, readers); msg != "" {
+		h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
+		log.Info("decision", "allowed", false, "reason", ReasonCouldNotVerify, "why", msg)
+		return denied(msg)
+	}
 	readers = judgedThroughController(affectedReaders(change, readers))
 	var holders []*Workload
 	if req.Operation == admissionv1.Delete && oldCM != nil && oldCM.Immutable != nil && *oldCM.Immutable {
@@ -285,4 +290,53 @@ func keptByKubelets(req Request, old *corev1.ConfigMap, readers, holders []*Work
 	}
 	return fmt.Sprintf("ehdb-election guard: refusing to delete immutable ConfigMap %s/%s while %s read or reference it: a kubelet keeps serving an immutable ConfigMap's content to every container it starts on a node where a Pod still references it, after a delete or a re-create, so the guard could no longer see what those containers start with. Move the readers to another ConfigMap (and wait for their rollout) and delete the Pods that reference it, then delete it.",
 		req.Namespace, old.Name, strings.Join(names, ", "))
+}
+
+// unrecordedChange refuses a change of a ConfigMap that a running container reads a key of that
+// matters, when the change leaves no record the RBAC review could date it by (started.go), or
+// returns "": a key removed, or the whole ConfigMap deleted (a removal stamps no managedFields
+// time), or managedFields rewritten so that the record of its last change goes back or vanishes
+// (an update may send them; the eighteenth red team dropped the entry of its enforce -> shadow edit
+// and then unbound the writer, whose process still held enforce). A value set to shadow is dated,
+// and is the way to disarm a reader through its ConfigMap.
+func unrecordedChange(req Request, old, now *corev1.ConfigMap, readers []*Workload) string {
+	if old == nil || req.Operation == admissionv1.Create {
+		return ""
+	}
+	var removed []string
+	for k := range old.Data {
+		if now == nil {
+			removed = append(removed, k)
+		} else if _, ok := now.Data[k]; !ok {
+			removed = append(removed, k)
+		}
+	}
+	back := false
+	if now != nil {
+		was, wasKept := lastChange(&old.ObjectMeta)
+		is, isKept := lastChange(&now.ObjectMeta)
+		back = wasKept && (!isKept || is.Before(was))
+	}
+	if len(removed) == 0 && !back {
+		return ""
+	}
+	for _, w := range readers {
+		if w.RunningSince.IsZero() {
+			continue
+		}
+		f := configMapNeeds(w)[old.Name]
+		matters := func(keys []string) bool { return f == nil || slices.ContainsFunc(keys, f.keep) }
+		switch {
+		case matters(removed) && now == nil:
+			return fmt.Sprintf("ehdb-election guard: refusing to delete ConfigMap %s/%s while %s %s/%s, which runs, reads it: a process keeps what it read at its start, and a delete leaves no record of when, so the guard could no longer tell that it still holds it. Set the values it reads to what they should be (NOETL_EHDB_FENCING=shadow), restart it, then delete the ConfigMap.",
+				req.Namespace, old.Name, w.Kind, w.Namespace, w.Name)
+		case matters(removed):
+			return fmt.Sprintf("ehdb-election guard: refusing to remove keys of ConfigMap %s/%s that %s %s/%s, which runs, reads: a process keeps what it read at its start, and a removal leaves no record of when, so the guard could no longer tell that it still holds it. Set the value instead (NOETL_EHDB_FENCING=shadow), restart it, then remove the key.",
+				req.Namespace, old.Name, w.Kind, w.Namespace, w.Name)
+		case back && matters(slices.Collect(maps.Keys(old.Data))):
+			return fmt.Sprintf("ehdb-election guard: refusing to move back the record of ConfigMap %s/%s's last change (its managedFields times) while %s %s/%s, which runs, reads it: the guard dates what a running process read by it.",
+				req.Namespace, old.Name, w.Kind, w.Namespace, w.Name)
+		}
+	}
+	return ""
 }

@@ -220,7 +220,7 @@ func (r *configMapReader) fetch(ctx context.Context, namespace, name string, fil
 		if kept > limit {
 			return ConfigMapFact{Err: fmt.Errorf("ConfigMap %s/%s: %w", namespace, name, errTooLarge)}, 0
 		}
-		changed, _ := lastChange(&cm.ObjectMeta, "")
+		changed, _ := lastChange(&cm.ObjectMeta)
 		return ConfigMapFact{Data: data, Changed: changed}, int64(kept)
 	}
 	// Its metadata first: when its resourceVersion is the one the kept keys were read at, they
@@ -253,7 +253,7 @@ func (r *configMapReader) fetch(ctx context.Context, namespace, name string, fil
 	if after == nil {
 		return fact, 0
 	}
-	changed, _ := lastChange(&after.ObjectMeta, "")
+	changed, _ := lastChange(&after.ObjectMeta)
 	fact = ConfigMapFact{Data: data, Changed: changed}
 	if after.ResourceVersion != meta.ResourceVersion {
 		return fact, int64(kept) // changed in between: the content's version is not known

@@ -74,13 +74,9 @@ type Workload struct {
 	// pod a completion index (runs.go).
 	Indexed bool
 	// RunningSince, for a Pod, is the earliest start of a process of it that may still run (zero:
-	// none runs); for an owner in an RBAC review, that of the Pods judged through it. Such a process
-	// holds the environment of its start (started.go). MetaChanged is when the Pod's labels or
-	// annotations last changed (the latest of its Pods', for an owner), MetaUnrecorded that the API
-	// server kept no record of it.
-	RunningSince   time.Time
-	MetaChanged    time.Time
-	MetaUnrecorded bool
+	// none runs); for an owner in an RBAC or ConfigMap review, that of the Pods judged through it.
+	// Such a process holds the environment of its start (started.go).
+	RunningSince time.Time
 }
 
 // Containers returns init containers first, then containers, then ephemeral containers: all of
@@ -174,8 +170,6 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 			Name: o.Name, UID: string(o.UID), Labels: o.Labels, Annotations: o.Annotations,
 		}}
 		w.RunningSince = runningSince(o)
-		changed, recorded := lastChange(&o.ObjectMeta, "f:metadata")
-		w.MetaChanged, w.MetaUnrecorded = changed, !recorded
 	case *appsv1.StatefulSet:
 		w.setReplicas(o.Spec.Replicas)
 		if o.Spec.Ordinals != nil {

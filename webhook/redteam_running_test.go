@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/noetl/ehdb-election/webhook"
@@ -78,10 +79,12 @@ func TestRBACChangesJudgeWhatTheRunningProcessRead(t *testing.T) {
 		{"its ConfigMap deleted under it", []any{running(barePod(viaKey, "w-0"))}, nil, nil, false, append(disarming, "has been deleted since")},
 		{"a container the kubelet has not reported yet", []any{unreported(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, false, disarming},
 		{"an annotation it reads set to shadow after it started", []any{annotated(running(barePod(viaAnnotation, "w-0")), started.Add(5*time.Minute))}, nil, nil, false,
-			append(disarming, "the Pod's labels or annotations, which it reads, changed at")},
+			append(disarming, "comes from the Pod's labels or annotations")},
+		// The eighteenth red team: an annotation removed, or its managedFields entry dropped by
+		// hand, leaves no record; metadata is never trusted to date a change.
+		{"an annotation it reads, with no record of a change since it started", []any{annotated(running(barePod(viaAnnotation, "w-0")), started.Add(-5*time.Minute))}, nil, nil, false, disarming},
 
 		{"restarted since the ConfigMap changed", []any{running(barePod(viaConfigMap, "w-0"))}, shadowNow, changedBefore, true, nil},
-		{"the annotation set before it started", []any{annotated(running(barePod(viaAnnotation, "w-0")), started.Add(-5*time.Minute))}, nil, nil, true, nil},
 		{"not running anywhere", []any{notRunning(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, true, nil},
 		{"waiting to restart: its next start reads the ConfigMap", []any{crashLooping(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, true, nil},
 		{"fencing fixed to a literal the ConfigMap cannot replace", []any{running(barePod(literal, "w-0"))}, shadowNow, changedAfter, true, nil},
@@ -133,10 +136,69 @@ func TestTheWatchKeepsWhenAPodsProcessesStarted(t *testing.T) {
 	if !before.RunningSince.Equal(at.Time) || !after.RunningSince.Equal(at.Time) {
 		t.Errorf("running since %v (stripped: %v), want %v", before.RunningSince, after.RunningSince, at.Time)
 	}
-	if want := now.Add(-2 * time.Hour); !before.MetaChanged.Equal(want) || !after.MetaChanged.Equal(want) || after.MetaUnrecorded {
-		t.Errorf("metadata changed at %v (stripped: %v, unrecorded %v), want %v: the kubelet's status writes are not metadata", before.MetaChanged, after.MetaChanged, after.MetaUnrecorded, want)
-	}
-	if s := stripped.(*corev1.Pod).Status; len(s.Conditions) != 0 || s.ContainerStatuses[0].Image != "" {
+	if s := stripped.(*corev1.Pod); len(s.Status.Conditions) != 0 || s.Status.ContainerStatuses[0].Image != "" || s.ManagedFields != nil {
 		t.Errorf("the watch keeps more of the status than the rule reads: %+v", s)
+	}
+}
+
+// The eighteenth red team dated nothing: a key removed from the ConfigMap of a running writer
+// (a removal stamps no managedFields time), or its managedFields rewritten to drop the entry of an
+// enforce -> shadow edit, and the RoleBinding delete after it was admitted under a process that
+// still held enforce. While a container that reads a key that matters runs, the ConfigMap review
+// refuses every change that leaves no record: before, each row marked refused was admitted.
+func TestConfigMapChangesUnderARunningReaderLeaveARecord(t *testing.T) {
+	started := now.Add(-time.Hour)
+	onLinux := func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.OS = &corev1.PodOS{Name: corev1.Linux} }
+	reader := barePod(sts(append(compliant(), onLinux, unsetEnv("NOETL_EHDB_FENCING"), envFrom(cmEnvFrom("fence", "")))...), "w-0")
+	running := reader.DeepCopy()
+	running.Spec.NodeName = "node-1"
+	running.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: wt.ContainerName,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}}}}}
+	entry := func(manager string, at time.Time) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: at}}
+	}
+	cm := func(data map[string]string, fields ...metav1.ManagedFieldsEntry) *corev1.ConfigMap {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: "fence", Namespace: ns, CreationTimestamp: metav1.NewTime(started.Add(-time.Hour)), ManagedFields: fields}, Data: data}
+	}
+	created, edited := entry("kubectl-create", started.Add(-time.Hour)), entry("kubectl-edit", started.Add(10*time.Minute))
+	armed := map[string]string{"NOETL_EHDB_FENCING": "enforce", "LOG_LEVEL": "info"}
+	cmKind := metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	for _, tc := range []struct {
+		name     string
+		reader   *corev1.Pod
+		op       admissionv1.Operation
+		obj, old *corev1.ConfigMap
+		allowed  bool
+		msg      string
+	}{
+		{"the fencing key removed", running, admissionv1.Update, cm(map[string]string{"LOG_LEVEL": "info"}, created), cm(armed, created), false, "refusing to remove keys"},
+		{"the ConfigMap deleted", running, admissionv1.Delete, nil, cm(armed, created), false, "refusing to delete ConfigMap"},
+		{"the record of the last change moved back", running, admissionv1.Update, cm(map[string]string{"NOETL_EHDB_FENCING": "shadow", "LOG_LEVEL": "info"}, created),
+			cm(map[string]string{"NOETL_EHDB_FENCING": "shadow", "LOG_LEVEL": "info"}, created, edited), false, "move back the record"},
+		{"the record reset", running, admissionv1.Update, cm(armed), cm(armed, created), false, "move back the record"},
+
+		{"set to shadow: dated", running, admissionv1.Update, cm(map[string]string{"NOETL_EHDB_FENCING": "shadow", "LOG_LEVEL": "info"}, created, edited), cm(armed, created), true, ""},
+		{"a key that does not matter removed", running, admissionv1.Update, cm(map[string]string{"NOETL_EHDB_FENCING": "enforce"}, created), cm(armed, created), true, ""},
+		{"the fencing key removed while no reader runs", reader, admissionv1.Update, cm(map[string]string{"LOG_LEVEL": "info"}, created), cm(armed, created), true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Readers: fakeReaders(t, tc.reader), Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			var obj runtime.Object
+			if tc.obj != nil {
+				obj = tc.obj
+			}
+			body := wt.Review(t, tc.op, cmKind, obj, tc.old)
+			body = []byte(strings.Replace(string(body), `"name":"`+wt.WriterName+`"`, `"name":"fence"`, 1))
+			_, out, raw := post(t, srv.URL, "application/json", body)
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Errorf("the refusal does not say %q: %s", tc.msg, out.Response.Result.Message)
+			}
+		})
 	}
 }

@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,18 +20,25 @@ import (
 // ServiceAccount change bites the processes running now: a writer whose ConfigMap was set from
 // enforce to shadow still runs armed until it restarts, and unbinding its account then fails its
 // shard. So an RBAC review counts a running container as possibly armed when what it read at its
-// start may differ from what the guard reads now: a ConfigMap it reads, or the Pod's metadata
-// when a fieldRef reads it, changed after (or shortly before) the container started.
+// start may differ from what the guard reads now:
 //
-// "Changed" is the API server's own record: the latest managedFields time of the ConfigMap (or
-// its creation), and of the Pod's metadata fields; every update that changes fields sets its
-// manager's time, even one that resets managedFields, so an object with none at all counts as
-// changed at an unknown time. "Started" is the kubelet's report, status.containerStatuses[].state
-// .running.startedAt, on the node's clock; a container of a Pod bound to a node with no report yet
-// may have started at any time since the Pod was created. startSkew covers the node's clock being
-// behind the API server's and the kubelet's ConfigMap cache lagging behind the change: a node clock
-// ahead by more than that can hide a change (the same assumption the kubelet's certificate
-// rotation and every token's expiry make about node clocks).
+//   - its fencing switch comes from a ConfigMap that changed after (or shortly before) the
+//     container started. "Changed" is the API server's record, the latest managedFields time (or
+//     the creation); every update that changes a value stamps its manager's time, and the
+//     ConfigMap review keeps the record honest while a reader runs (unrecordedChange): an update
+//     that moves it back (managedFields sent by hand) or removes a key that matters to the reader
+//     (a removal stamps nothing) is refused, and so is a delete. A ConfigMap with no record at all
+//     counts as changed.
+//   - its fencing switch comes from the Pod's own labels or annotations: those can change with no
+//     record the guard can trust (a removal stamps nothing, and an update of the Pod's
+//     managedFields alone is not sent to the webhook), so it always may differ.
+//
+// "Started" is the kubelet's report, status.containerStatuses[].state.running.startedAt, on the
+// node's clock; a container of a Pod bound to a node with no report yet may have started at any
+// time since the Pod was created. startSkew covers the node's clock being behind the API server's
+// and the kubelet's ConfigMap cache lagging behind the change: a node clock ahead by more than that
+// can hide a change (the same assumption the kubelet's certificate rotation and every token's
+// expiry make about node clocks).
 
 // startSkew is how much earlier than a container's reported start a change must be for the guard
 // to take it as read by that start.
@@ -82,16 +88,15 @@ func podContainerNames(spec *corev1.PodSpec) []string {
 	return out
 }
 
-// lastChange is the latest time managedFields records for an update of the fields under prefix
-// (all of them for ""), or the creation when none touched them; ok is false when the object has
-// no managedFields at all (reset), so its changes cannot be dated.
-func lastChange(meta *metav1.ObjectMeta, prefix string) (time.Time, bool) {
+// lastChange is the latest time managedFields records for an update, or the creation; ok is
+// false when the object has no managedFields at all (reset), so its changes cannot be dated.
+func lastChange(meta *metav1.ObjectMeta) (time.Time, bool) {
 	if len(meta.ManagedFields) == 0 {
 		return time.Time{}, false
 	}
 	last := meta.CreationTimestamp.Time
 	for _, m := range meta.ManagedFields {
-		if m.Time == nil || (prefix != "" && (m.FieldsV1 == nil || !bytes.Contains(m.FieldsV1.Raw, []byte(`"`+prefix+`"`)))) {
+		if m.Time == nil {
 			continue
 		}
 		if m.Time.After(last) {
@@ -101,14 +106,10 @@ func lastChange(meta *metav1.ObjectMeta, prefix string) (time.Time, bool) {
 	return last, true
 }
 
-// stripPodForReaders keeps of a Pod's status and managedFields only what runningSince and the
-// metadata's lastChange read: the watch holds every Pod of the guarded namespaces.
+// stripPodForReaders keeps of a Pod's status only what runningSince reads, and none of its
+// managedFields: the watch holds every Pod of the guarded namespaces.
 func stripPodForReaders(p *corev1.Pod) {
-	if t, ok := lastChange(&p.ObjectMeta, "f:metadata"); ok {
-		p.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &metav1.Time{Time: t}, FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{}}`)}}}
-	} else {
-		p.ManagedFields = nil
-	}
+	p.ManagedFields = nil
 	keep := func(list []corev1.ContainerStatus) []corev1.ContainerStatus {
 		out := make([]corev1.ContainerStatus, 0, len(list))
 		for _, s := range list {
@@ -120,8 +121,7 @@ func stripPodForReaders(p *corev1.Pod) {
 		ContainerStatuses: keep(p.Status.ContainerStatuses), EphemeralContainerStatuses: keep(p.Status.EphemeralContainerStatuses)}
 }
 
-// runsAs makes owner, judged in place of its Pod p, carry what p's running processes read at
-// their start: the earliest start, and the latest (or an unrecorded) change of the metadata.
+// runsAs makes owner, judged in place of its Pod p, carry when p's running processes started.
 func (owner *Workload) runsAs(p *Workload) {
 	if p.RunningSince.IsZero() {
 		return
@@ -129,26 +129,35 @@ func (owner *Workload) runsAs(p *Workload) {
 	if owner.RunningSince.IsZero() || p.RunningSince.Before(owner.RunningSince) {
 		owner.RunningSince = p.RunningSince
 	}
-	if p.MetaChanged.After(owner.MetaChanged) {
-		owner.MetaChanged = p.MetaChanged
-	}
-	owner.MetaUnrecorded = owner.MetaUnrecorded || p.MetaUnrecorded
 }
 
-// readsPodMetadata reports whether c's env reads the Pod's labels or annotations.
-func readsPodMetadata(c *corev1.Container) bool {
-	for _, e := range c.Env {
-		if r := e.ValueFrom; r != nil && r.FieldRef != nil &&
-			(strings.HasPrefix(r.FieldRef.FieldPath, "metadata.labels") || strings.HasPrefix(r.FieldRef.FieldPath, "metadata.annotations")) {
+// fencingFromPodMetadata reports whether c's fencing switch may come from the Pod's labels or
+// annotations: an entry of its name (up to case) that reads them, or one its value refers to.
+func fencingFromPodMetadata(c *corev1.Container) bool {
+	fromMeta := func(e *corev1.EnvVar) bool {
+		r := e.ValueFrom
+		return r != nil && r.FieldRef != nil &&
+			(strings.HasPrefix(r.FieldRef.FieldPath, "metadata.labels") || strings.HasPrefix(r.FieldRef.FieldPath, "metadata.annotations"))
+	}
+	for i := range c.Env {
+		e := &c.Env[i]
+		if !mayBeName(e.Name, EnvFencing) {
+			continue
+		}
+		if fromMeta(e) {
+			return true
+		}
+		if strings.Contains(e.Value, "$(") && slices.ContainsFunc(c.Env, func(x corev1.EnvVar) bool { return fromMeta(&x) }) {
 			return true
 		}
 	}
 	return false
 }
 
-// readSinceStart says why c, running since w.RunningSince, may hold another environment than the
-// guard resolves now, or "": a ConfigMap the review read for it (f), or the Pod's metadata it
-// reads, changed after startSkew before that start, or at a time the API server did not record.
+// readSinceStart says why c, running since w.RunningSince, may hold another fencing switch than
+// the guard resolves now, or "": a ConfigMap the review read for it (f) changed after startSkew
+// before that start, or at a time the API server did not record, or the switch comes from the
+// Pod's labels or annotations.
 func readSinceStart(w *Workload, c *corev1.Container, f *Facts) string {
 	since := w.RunningSince
 	if since.IsZero() {
@@ -171,13 +180,8 @@ func readSinceStart(w *Workload, c *corev1.Container, f *Facts) string {
 			return fmt.Sprintf("%s, and ConfigMap %q changed at %s", started, name, cm.Changed.UTC().Format(time.RFC3339))
 		}
 	}
-	if readsPodMetadata(c) {
-		switch {
-		case w.MetaUnrecorded:
-			return started + ", and the Pod's labels and annotations, which it reads, have no record of when they last changed"
-		case after(w.MetaChanged):
-			return fmt.Sprintf("%s, and the Pod's labels or annotations, which it reads, changed at %s", started, w.MetaChanged.UTC().Format(time.RFC3339))
-		}
+	if fencingFromPodMetadata(c) {
+		return started + ", and its fencing switch comes from the Pod's labels or annotations, which can change under it with no record to date them by"
 	}
 	return ""
 }

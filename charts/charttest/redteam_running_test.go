@@ -2,11 +2,13 @@ package charttest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
@@ -64,9 +66,20 @@ func TestRedTeamDisarmUnderARunningProcess(t *testing.T) {
 	}
 	reportStart(time.Now().Add(-time.Hour))
 
+	// The eighteenth red team's undated changes under the running process: a removed key stamps
+	// no managedFields time. Refused (before the rule: admitted, and the delete below with it).
+	cms := cs.CoreV1().ConfigMaps(rt.ns)
+	err = answerOnce(10*time.Second, func(err error) bool { return err != nil }, func(ctx context.Context) error {
+		_, err := cms.Patch(ctx, cm.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/data/NOETL_EHDB_FENCING"}]`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "refusing to remove keys") {
+		t.Errorf("removing the key the running writer's fencing came from: %v; want it refused", err)
+	}
+
 	// Disarmed for its next start: admitted (the order is kept, nothing restarts).
 	cm.Data["NOETL_EHDB_FENCING"] = "shadow"
-	if _, err := cs.CoreV1().ConfigMaps(rt.ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("the writer's ConfigMap set to shadow: %v", err)
 	}
 	deleteRB := func(ctx context.Context) error { return cs.RbacV1().RoleBindings(rt.ns).Delete(ctx, role, dryDelete) }

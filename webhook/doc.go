@@ -163,10 +163,12 @@
 //     cache; cached "allowed" answers are dropped on any RBAC or ServiceAccount change the watches
 //     see (ForgetOnChange). A Role or RoleBinding can take access only in its own namespace, so
 //     only that access is judged. A running process keeps the environment of its start
-//     (started.go): an RBAC review judges a running container whose fencing switch it read from a
-//     ConfigMap, or from the Pod's labels or annotations, that changed since (the API server's
-//     managedFields time against the kubelet's startedAt, with a minute's margin) as armed, so a
-//     ConfigMap set to shadow does not disarm a writer until it restarts. A review the webhook
+//     (started.go): an RBAC review judges a running container as armed when it read its fencing
+//     switch from a ConfigMap that changed since (the API server's managedFields time against the
+//     kubelet's startedAt, with a minute's margin), or from the Pod's labels or annotations, so a
+//     ConfigMap set to shadow does not disarm a writer until it restarts; a ConfigMap change that
+//     leaves no such record (a key removed, a delete, managedFields moved back) is refused while a
+//     reader runs (unrecordedChange). A review the webhook
 //     cannot complete because its own ClusterRole no longer lets it list ClusterRoles (an older
 //     chart's, part-way through a rollback) is admitted with a warning (olderRole). The guard's own access
 //     is kept (rbacself.go): while it serves, a

@@ -25,9 +25,11 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	if c := in.ConfigMapChange; c != nil {
 		d.Subject = fmt.Sprintf("%s (through ConfigMap %s/%s, which it reads)", d.Subject, w.Namespace, c.Name)
 	}
-	if w.Deleting {
+	if w.Deleting && !(in.RBACChange != nil && w.Kind == gvkPod.Kind) {
 		// Finalizer removal on an object being deleted: nothing new can be armed by it, and
-		// refusing would leave it stuck in deletion.
+		// refusing would leave it stuck in deletion. A Pod in graceful deletion still runs, though,
+		// so an RBAC change is judged against it (the nineteenth red team deleted an armed writer
+		// with a long grace period and unbound its account during its preStop hook).
 		d.Allowed, d.Reason = true, ReasonNoOpinion
 		return d
 	}

@@ -15,7 +15,7 @@ import (
 // namespace-wide review has refused. Call it until it returns an empty Query.
 func Needs(in Input, f *Facts, p Policy) Query {
 	w := in.Object
-	if w == nil || w.Deleting || tooManyConfigMaps(w, p) > 0 {
+	if w == nil || (w.Deleting && !(in.RBACChange != nil && w.Kind == gvkPod.Kind)) || tooManyConfigMaps(w, p) > 0 {
 		return Query{}
 	}
 	budget := in.budget()

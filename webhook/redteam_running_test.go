@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
@@ -51,6 +52,11 @@ func TestRBACChangesJudgeWhatTheRunningProcessRead(t *testing.T) {
 	changedJustBefore := map[string]time.Time{"flags": started.Add(-20 * time.Second)} // within the kubelet's cache lag and clock skew
 	notRunning := func(p *corev1.Pod) *corev1.Pod { p.Spec.NodeName = ""; p.Status = corev1.PodStatus{}; return p }
 	unreported := func(p *corev1.Pod) *corev1.Pod { p.Status.ContainerStatuses = nil; return p }
+	deleting := func(p *corev1.Pod) *corev1.Pod {
+		p.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Minute)}
+		p.DeletionGracePeriodSeconds = ptr.To[int64](3600)
+		return p
+	}
 	crashLooping := func(p *corev1.Pod) *corev1.Pod {
 		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
 		return p
@@ -86,7 +92,11 @@ func TestRBACChangesJudgeWhatTheRunningProcessRead(t *testing.T) {
 
 		{"restarted since the ConfigMap changed", []any{running(barePod(viaConfigMap, "w-0"))}, shadowNow, changedBefore, true, nil},
 		{"not running anywhere", []any{notRunning(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, true, nil},
-		{"waiting to restart: its next start reads the ConfigMap", []any{crashLooping(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, true, nil},
+		// The nineteenth red team: the kubelet reports a start only after it (SyncPod hands the
+		// status over first; the PLEG relists each second), so a container reported waiting may be
+		// running already; and a Pod in graceful deletion runs until its containers stop.
+		{"reported waiting: the report trails the start", []any{crashLooping(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, false, disarming},
+		{"in graceful deletion, still running", []any{deleting(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, false, disarming},
 		{"fencing fixed to a literal the ConfigMap cannot replace", []any{running(barePod(literal, "w-0"))}, shadowNow, changedAfter, true, nil},
 		{"the StatefulSet with no Pod running", []any{viaKey}, shadowNow, changedAfter, true, nil},
 	}
@@ -154,6 +164,8 @@ func TestConfigMapChangesUnderARunningReaderLeaveARecord(t *testing.T) {
 	running.Spec.NodeName = "node-1"
 	running.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: wt.ContainerName,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}}}}}
+	waiting := running.DeepCopy()
+	waiting.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
 	entry := func(manager string, at time.Time) metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &metav1.Time{Time: at}}
 	}
@@ -180,6 +192,7 @@ func TestConfigMapChangesUnderARunningReaderLeaveARecord(t *testing.T) {
 
 		{"set to shadow: dated", running, admissionv1.Update, cm(map[string]string{"NOETL_EHDB_FENCING": "shadow", "LOG_LEVEL": "info"}, created, edited), cm(armed, created), true, ""},
 		{"a key that does not matter removed", running, admissionv1.Update, cm(map[string]string{"NOETL_EHDB_FENCING": "enforce"}, created), cm(armed, created), true, ""},
+		{"the fencing key removed while the reader is reported waiting", waiting, admissionv1.Update, cm(map[string]string{"LOG_LEVEL": "info"}, created), cm(armed, created), false, "refusing to remove keys"},
 		{"the fencing key removed while no reader runs", reader, admissionv1.Update, cm(map[string]string{"LOG_LEVEL": "info"}, created), cm(armed, created), true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,30 +45,36 @@ import (
 const startSkew = time.Minute
 
 // runningSince is the earliest instant a process of p may have started that still runs (zero when
-// none can run now): the earliest startedAt of its running containers, and the Pod's creation for
-// a container the kubelet has not reported yet on a Pod bound to a node.
+// none can run now): the startedAt of a container the kubelet reports running, and the Pod's
+// creation for any other container of a Pod bound to a node and not finished. A report trails the
+// truth: the kubelet hands the status to its status manager before it starts the containers
+// (SyncPod), and reports a start only on a later sync, after its PLEG relist (1 s) and a status
+// patch, so a container reported waiting, terminated (to be restarted) or not at all may be
+// running already (the nineteenth red team removed a key in that window and then unbound the
+// writer). A Pod in graceful deletion runs until its containers stop.
 func runningSince(p *corev1.Pod) time.Time {
 	if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return time.Time{}
 	}
-	reported := map[string]bool{}
-	var since time.Time
-	earliest := func(t time.Time) {
-		if since.IsZero() || t.Before(since) {
-			since = t
-		}
-	}
+	running := map[string]time.Time{}
 	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
 		for _, s := range list {
-			reported[s.Name] = true
-			if r := s.State.Running; r != nil {
-				earliest(r.StartedAt.Time)
+			if r := s.State.Running; r != nil && !r.StartedAt.IsZero() {
+				running[s.Name] = r.StartedAt.Time
 			}
 		}
 	}
+	var since time.Time
 	for _, c := range podContainerNames(&p.Spec) {
-		if !reported[c] {
-			earliest(p.CreationTimestamp.Time)
+		t, ok := running[c]
+		if !ok {
+			t = p.CreationTimestamp.Time
+		}
+		if t.IsZero() { // no time given (only ever in a request built by hand): since always
+			t = time.Unix(1, 0)
+		}
+		if since.IsZero() || t.Before(since) {
+			since = t
 		}
 	}
 	return since

@@ -165,7 +165,8 @@
 //     only that access is judged. A running process keeps the environment of its start
 //     (started.go): an RBAC review judges a running container as armed when it read its fencing
 //     switch from a ConfigMap that changed since (the API server's managedFields time against the
-//     kubelet's startedAt, with a minute's margin), or from the Pod's labels or annotations, so a
+//     kubelet's startedAt, with a minute's margin; a container not reported running counts from
+//     its Pod's creation, a Pod in graceful deletion until it stops), or from the Pod's labels or annotations, so a
 //     ConfigMap set to shadow does not disarm a writer until it restarts; a ConfigMap change that
 //     leaves no such record (a key removed, a delete, managedFields moved back) is refused while a
 //     reader runs (unrecordedChange). A review the webhook

@@ -34,8 +34,8 @@ import (
 //     managedFields alone is not sent to the webhook), so it always may differ.
 //
 // "Started" is the kubelet's report, status.containerStatuses[].state.running.startedAt, on the
-// node's clock; a container of a Pod bound to a node with no report yet may have started at any
-// time since the Pod was created. startSkew covers the node's clock being behind the API server's
+// node's clock; a container of a Pod bound to a node that is not reported running may have
+// started at any time since the Pod was created (runningSince). startSkew covers the node's clock being behind the API server's
 // and the kubelet's ConfigMap cache lagging behind the change: a node clock ahead by more than that
 // can hide a change (the same assumption the kubelet's certificate rotation and every token's
 // expiry make about node clocks).

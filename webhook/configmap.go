@@ -83,6 +83,7 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 	if req.Operation == admissionv1.Delete && oldCM != nil && oldCM.Immutable != nil && *oldCM.Immutable {
 		hr, ok := h.Readers.(ConfigMapHolders)
 		if !ok {
+			h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
 			return denied(fmt.Sprintf("ehdb-election guard: could not tell which Pods hold immutable ConfigMap %s/%s: this webhook's readers do not index them", req.Namespace, change.Name))
 		}
 		if holders, err = hr.HoldersOf(req.Namespace, change.Name); err != nil {

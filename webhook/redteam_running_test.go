@@ -52,6 +52,10 @@ func TestRBACChangesJudgeWhatTheRunningProcessRead(t *testing.T) {
 	changedJustBefore := map[string]time.Time{"flags": started.Add(-20 * time.Second)} // within the kubelet's cache lag and clock skew
 	notRunning := func(p *corev1.Pod) *corev1.Pod { p.Spec.NodeName = ""; p.Status = corev1.PodStatus{}; return p }
 	unreported := func(p *corev1.Pod) *corev1.Pod { p.Status.ContainerStatuses = nil; return p }
+	startedAt := func(p *corev1.Pod, at time.Time) *corev1.Pod {
+		p.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(at)
+		return p
+	}
 	deleting := func(p *corev1.Pod) *corev1.Pod {
 		p.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Minute)}
 		p.DeletionGracePeriodSeconds = ptr.To[int64](3600)
@@ -90,6 +94,8 @@ func TestRBACChangesJudgeWhatTheRunningProcessRead(t *testing.T) {
 		// hand, leaves no record; metadata is never trusted to date a change.
 		{"an annotation it reads, with no record of a change since it started", []any{annotated(running(barePod(viaAnnotation, "w-0")), started.Add(-5*time.Minute))}, nil, nil, false, disarming},
 
+		{"a start reported in the future (the node's clock ahead)", []any{startedAt(running(barePod(viaConfigMap, "w-0")), now.Add(3*time.Minute))}, shadowNow,
+			map[string]time.Time{"flags": now.Add(-time.Minute)}, false, disarming},
 		{"restarted since the ConfigMap changed", []any{running(barePod(viaConfigMap, "w-0"))}, shadowNow, changedBefore, true, nil},
 		{"not running anywhere", []any{notRunning(running(barePod(viaConfigMap, "w-0")))}, shadowNow, changedAfter, true, nil},
 		// The nineteenth red team: the kubelet reports a start only after it (SyncPod hands the

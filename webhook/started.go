@@ -227,7 +227,7 @@ func asRunning(w *Workload, views []containerView, f *Facts) {
 		}
 		if why := readSinceStart(w, v.c, f); why != "" {
 			v.armed, v.unknowable = true, true
-			v.why = fmt.Sprintf("%s as its process read it at its start cannot be known (%s; a process keeps the environment of its start: restart it to have it read the current one)", EnvFencing, why)
+			v.why = fmt.Sprintf("%s as its process read it at its start cannot be known (%s; a process keeps the environment of its start: restart it, a minute or more after the change, to have it read the current one)", EnvFencing, why)
 		}
 	}
 }

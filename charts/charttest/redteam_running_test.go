@@ -79,8 +79,15 @@ func TestRedTeamDisarmUnderARunningProcess(t *testing.T) {
 
 	// Disarmed for its next start: admitted (the order is kept, nothing restarts).
 	cm.Data["NOETL_EHDB_FENCING"] = "shadow"
-	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+	shadowed, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
+	if err != nil {
 		t.Fatalf("the writer's ConfigMap set to shadow: %v", err)
+	}
+	changed := shadowed.CreationTimestamp.Time
+	for _, m := range shadowed.ManagedFields {
+		if m.Time != nil && m.Time.After(changed) {
+			changed = m.Time.Time
+		}
 	}
 	deleteRB := func(ctx context.Context) error { return cs.RbacV1().RoleBindings(rt.ns).Delete(ctx, role, dryDelete) }
 	// The guard's watch sees the Pod's status within moments: the answer once it has.
@@ -88,9 +95,11 @@ func TestRedTeamDisarmUnderARunningProcess(t *testing.T) {
 	disarmRefused(t, "DELETE RoleBinding "+role+" under the process that read enforce", err,
 		"Pod "+rt.ns+"/w-0", `ConfigMap "writer-flags" changed at`, "restart it")
 
-	// The container restarted after the change (its start reported later than it): what it read
-	// is what the guard reads, shadow, and the RoleBinding is its to lose.
-	reportStart(time.Now().Add(2 * time.Minute))
+	// The container restarted more than the guard's margin (a minute) after the change: what it
+	// read is what the guard reads, shadow, and the RoleBinding is its to lose. (The start is
+	// reported a little ahead of this clock, as a kubelet would report it a minute from now; a
+	// start further ahead than the margin dates nothing.)
+	reportStart(changed.Add(62 * time.Second))
 	err = answerOnce(10*time.Second, func(err error) bool { return err == nil }, deleteRB)
 	admitted(t, "DELETE RoleBinding "+role+" once the writer restarted onto shadow", err)
 }

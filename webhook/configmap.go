@@ -73,28 +73,29 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 		h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
 		return denied(fmt.Sprintf("ehdb-election guard: could not tell which workloads read ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
 	}
-	if msg := unrecordedChange(req, oldCM, newCM, readers); msg != "" {
+	// What no reader's judgement can show: a change the guard could not date later, and an
+	// immutable ConfigMap the kubelets keep.
+	unverifiable := func(msg string) Response {
 		h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
 		log.Info("decision", "allowed", false, "reason", ReasonCouldNotVerify, "why", msg)
 		return denied(msg)
+	}
+	if msg := unrecordedChange(req, oldCM, newCM, readers); msg != "" {
+		return unverifiable(msg)
 	}
 	readers = judgedThroughController(affectedReaders(change, readers))
-	var holders []*Workload
-	if req.Operation == admissionv1.Delete && oldCM != nil && oldCM.Immutable != nil && *oldCM.Immutable {
+	if deletesImmutable(req, oldCM) {
 		hr, ok := h.Readers.(ConfigMapHolders)
 		if !ok {
-			h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
-			return denied(fmt.Sprintf("ehdb-election guard: could not tell which Pods hold immutable ConfigMap %s/%s: this webhook's readers do not index them", req.Namespace, change.Name))
+			return unverifiable(fmt.Sprintf("ehdb-election guard: could not tell which Pods hold immutable ConfigMap %s/%s: this webhook's readers do not index them", req.Namespace, change.Name))
 		}
-		if holders, err = hr.HoldersOf(req.Namespace, change.Name); err != nil {
-			h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
-			return denied(fmt.Sprintf("ehdb-election guard: could not tell which Pods hold immutable ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
+		holders, err := hr.HoldersOf(req.Namespace, change.Name)
+		if err != nil {
+			return unverifiable(fmt.Sprintf("ehdb-election guard: could not tell which Pods hold immutable ConfigMap %s/%s: %v", req.Namespace, change.Name, err))
 		}
-	}
-	if msg := keptByKubelets(req, oldCM, readers, holders); msg != "" {
-		h.observe(req, kind, false, ReasonCouldNotVerify, time.Since(start))
-		log.Info("decision", "allowed", false, "reason", ReasonCouldNotVerify, "why", msg)
-		return denied(msg)
+		if msg := keptByKubelets(req.Namespace, oldCM, readers, holders); msg != "" {
+			return unverifiable(msg)
+		}
 	}
 	ctx, cancel := h.deadline(ctx)
 	defer cancel()
@@ -178,17 +179,21 @@ func affectedReaders(change *ConfigMapChange, readers []*Workload) []*Workload {
 
 // requiresConfigMap reports whether a container of w reads ConfigMap name without optional: true.
 func requiresConfigMap(w *Workload, name string) bool {
-	for _, c := range containerSources(w) {
-		for _, from := range c.envFrom {
-			if r := from.ConfigMapRef; r != nil && r.Name == name && (r.Optional == nil || !*r.Optional) {
-				return true
-			}
+	return slices.ContainsFunc(containerSources(w), func(c envSources) bool { return requiresConfigMapIn(c.env, c.envFrom, name) })
+}
+
+// requiresConfigMapIn reports whether env or envFrom reads ConfigMap name without optional: true:
+// the kubelet starts no container so reading it while it is missing.
+func requiresConfigMapIn(env []corev1.EnvVar, envFrom []corev1.EnvFromSource, name string) bool {
+	for _, from := range envFrom {
+		if r := from.ConfigMapRef; r != nil && r.Name == name && (r.Optional == nil || !*r.Optional) {
+			return true
 		}
-		for _, e := range c.env {
-			if e.ValueFrom != nil {
-				if r := e.ValueFrom.ConfigMapKeyRef; r != nil && r.Name == name && (r.Optional == nil || !*r.Optional) {
-					return true
-				}
+	}
+	for _, e := range env {
+		if e.ValueFrom != nil {
+			if r := e.ValueFrom.ConfigMapKeyRef; r != nil && r.Name == name && (r.Optional == nil || !*r.Optional) {
+				return true
 			}
 		}
 	}
@@ -268,29 +273,44 @@ func sameEnvironment(p, owner *Workload) bool {
 // matters to them do not count; every holder does, since whatever reads the name next on its node
 // gets the copy. Moving the readers to another ConfigMap, and deleting the Pods that hold it, first
 // is the way.
-func keptByKubelets(req Request, old *corev1.ConfigMap, readers, holders []*Workload) string {
-	if req.Operation != admissionv1.Delete || old == nil || old.Immutable == nil || !*old.Immutable {
-		return ""
-	}
-	// Only readers that read a key of it that matters (configMapNeeds): an unrelated workload's
-	// immutable ConfigMap is deleted as freely as any other.
-	readers = slices.DeleteFunc(slices.Clone(readers), func(w *Workload) bool {
-		f := configMapNeeds(w)[old.Name]
-		return f != nil && !slices.ContainsFunc(slices.Collect(maps.Keys(old.Data)), f.keep)
-	})
-	if len(readers) == 0 && len(holders) == 0 {
-		return ""
-	}
-	names := make([]string, 0, maxListed)
-	for _, w := range append(readers, holders...) {
-		if len(names) == maxListed {
-			names = append(names, fmt.Sprintf("and %d more", len(readers)-maxListed))
-			break
+func keptByKubelets(namespace string, old *corev1.ConfigMap, readers, holders []*Workload) string {
+	// Only readers that read a key of it that matters: an unrelated workload's immutable
+	// ConfigMap is deleted as freely as any other.
+	keys := slices.Collect(maps.Keys(old.Data))
+	var names []string
+	add := func(w *Workload) {
+		if name := w.Kind + " " + w.Namespace + "/" + w.Name; !slices.Contains(names, name) {
+			names = append(names, name)
 		}
-		names = append(names, w.Kind+" "+w.Namespace+"/"+w.Name)
+	}
+	for _, w := range holders {
+		add(w)
+	}
+	for _, w := range readers {
+		if readsKeyOf(w, old.Name, keys) {
+			add(w)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	if len(names) > maxListed {
+		names = append(names[:maxListed], fmt.Sprintf("and %d more", len(names)-maxListed))
 	}
 	return fmt.Sprintf("ehdb-election guard: refusing to delete immutable ConfigMap %s/%s while %s read or reference it: a kubelet keeps serving an immutable ConfigMap's content to every container it starts on a node where a Pod still references it, after a delete or a re-create, so the guard could no longer see what those containers start with. Move the readers to another ConfigMap (and wait for their rollout) and delete the Pods that reference it, then delete it.",
-		req.Namespace, old.Name, strings.Join(names, ", "))
+		namespace, old.Name, strings.Join(names, ", "))
+}
+
+// deletesImmutable reports whether req deletes an immutable ConfigMap (old is its last content).
+func deletesImmutable(req Request, old *corev1.ConfigMap) bool {
+	return req.Operation == admissionv1.Delete && old != nil && old.Immutable != nil && *old.Immutable
+}
+
+// readsKeyOf reports whether w reads one of keys of ConfigMap name in a way that can move it
+// (configMapNeeds), or reads it in a way the guard's filter does not describe.
+func readsKeyOf(w *Workload, name string, keys []string) bool {
+	f := configMapNeeds(w)[name]
+	return f == nil || slices.ContainsFunc(keys, f.keep)
 }
 
 // unrecordedChange refuses a change of a ConfigMap that a running container reads a key of that
@@ -308,7 +328,7 @@ func unrecordedChange(req Request, old, now *corev1.ConfigMap, readers []*Worklo
 	for k := range old.Data {
 		if now == nil {
 			removed = append(removed, k)
-		} else if _, ok := now.Data[k]; !ok {
+		} else if _, kept := now.Data[k]; !kept {
 			removed = append(removed, k)
 		}
 	}
@@ -325,8 +345,7 @@ func unrecordedChange(req Request, old, now *corev1.ConfigMap, readers []*Worklo
 		if w.RunningSince.IsZero() {
 			continue
 		}
-		f := configMapNeeds(w)[old.Name]
-		matters := func(keys []string) bool { return f == nil || slices.ContainsFunc(keys, f.keep) }
+		matters := func(keys []string) bool { return readsKeyOf(w, old.Name, keys) }
 		switch {
 		case matters(removed) && now == nil:
 			return fmt.Sprintf("ehdb-election guard: refusing to delete ConfigMap %s/%s while %s %s/%s, which runs, reads it: a process keeps what it read at its start, and a delete leaves no record of when, so the guard could no longer tell that it still holds it. Set the values it reads to what they should be (NOETL_EHDB_FENCING=shadow), restart it, then delete the ConfigMap.",

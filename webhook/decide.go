@@ -25,7 +25,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	if c := in.ConfigMapChange; c != nil {
 		d.Subject = fmt.Sprintf("%s (through ConfigMap %s/%s, which it reads)", d.Subject, w.Namespace, c.Name)
 	}
-	if w.Deleting && !(in.RBACChange != nil && w.Kind == gvkPod.Kind) {
+	if in.unjudgedInDeletion() {
 		// Finalizer removal on an object being deleted: nothing new can be armed by it, and
 		// refusing would leave it stuck in deletion. A Pod in graceful deletion still runs, though,
 		// so an RBAC change is judged against it (the nineteenth red team deleted an armed writer
@@ -44,9 +44,7 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 	budget := in.budget()
 	cms := in.configMapsFor(f.configMapsFinal(), false)
 	views := view(w, cms, budget)
-	if in.RBACChange != nil {
-		asRunning(w, views, f) // an RBAC change bites the processes running now
-	}
+	asRunning(in, views, f)
 	var armed []*containerView
 	for i := range views {
 		if views[i].armed {

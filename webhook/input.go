@@ -38,6 +38,17 @@ func (in Input) budget() *Budget {
 	return NewBudget(0)
 }
 
+// asRunsNow reports whether the review bites the processes running now, not the next start: an
+// RBAC or ServiceAccount change (started.go). A Pod in graceful deletion still runs then.
+func (in Input) asRunsNow() bool { return in.RBACChange != nil }
+
+// unjudgedInDeletion reports whether the object's deletion spares it the review: anything in
+// deletion, except a Pod under a review that bites running processes (asRunsNow).
+func (in Input) unjudgedInDeletion() bool {
+	w := in.Object
+	return w.Deleting && !(in.asRunsNow() && w.Kind == gvkPod.Kind)
+}
+
 // configMapsFor overlays the change (new or old side) on a ConfigMapSource.
 func (in Input) configMapsFor(cms ConfigMapSource, old bool) ConfigMapSource {
 	c := in.ConfigMapChange

@@ -15,15 +15,13 @@ import (
 // namespace-wide review has refused. Call it until it returns an empty Query.
 func Needs(in Input, f *Facts, p Policy) Query {
 	w := in.Object
-	if w == nil || (w.Deleting && !(in.RBACChange != nil && w.Kind == gvkPod.Kind)) || tooManyConfigMaps(w, p) > 0 {
+	if w == nil || in.unjudgedInDeletion() || tooManyConfigMaps(w, p) > 0 {
 		return Query{}
 	}
 	budget := in.budget()
 	b := newQueryBuilder(f, w.Namespace)
 	views := view(w, in.configMapsFor(f.configMaps(), false), budget)
-	if in.RBACChange != nil {
-		asRunning(w, views, f) // as Decide judges it
-	}
+	asRunning(in, views, f) // as Decide judges it
 	anyArmed := false
 	for i := range views {
 		v := &views[i]

@@ -169,7 +169,7 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 		w.Pod = PodContext{Template: false, Spec: &o.Spec, Meta: PodMeta{
 			Name: o.Name, UID: string(o.UID), Labels: o.Labels, Annotations: o.Annotations,
 		}}
-		w.RunningSince = runningSince(o)
+		w.RunningSince = runningSince(o, w.Containers())
 	case *appsv1.StatefulSet:
 		w.setReplicas(o.Spec.Replicas)
 		if o.Spec.Ordinals != nil {

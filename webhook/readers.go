@@ -93,15 +93,21 @@ type ConfigMapHolders interface {
 
 // HoldersOf implements ConfigMapHolders: the Pods bound to a node that reference configMap.
 func (r IndexReaders) HoldersOf(namespace, configMap string) ([]*Workload, error) {
+	out, err := r.indexed(namespace, namespace+"/"+configMap+holdsKey)
+	return slices.DeleteFunc(out, func(w *Workload) bool { return w.Pod.Spec.NodeName == "" }), err
+}
+
+// indexed is every object of the judged kinds under key in ConfigMapIndex.
+func (r IndexReaders) indexed(namespace, key string) ([]*Workload, error) {
 	var out []*Workload
 	for _, idx := range r {
-		objs, err := idx.ByIndex(ConfigMapIndex, namespace+"/"+configMap+holdsKey)
+		objs, err := idx.ByIndex(ConfigMapIndex, key)
 		if err != nil {
 			return nil, fmt.Errorf("reading the %s index: %w", ConfigMapIndex, err)
 		}
 		for _, o := range objs {
 			if ro, ok := o.(runtime.Object); ok {
-				if w, err := WorkloadOf(ro, namespace); err == nil && w.Pod.Spec.NodeName != "" {
+				if w, err := WorkloadOf(ro, namespace); err == nil {
 					out = append(out, w)
 				}
 			}
@@ -116,7 +122,7 @@ func (s ScopedReaders) HoldersOf(namespace, configMap string) ([]*Workload, erro
 	if !ok {
 		return nil, errors.New("the readers' cache does not index the Pods that hold a ConfigMap")
 	}
-	if !slices.Contains(s.Namespaces, "") && !slices.Contains(s.Namespaces, namespace) {
+	if !s.Covers(namespace) {
 		return nil, fmt.Errorf("this webhook's watches cover %v, not namespace %s", s.Namespaces, namespace)
 	}
 	return h.HoldersOf(namespace, configMap)
@@ -128,23 +134,9 @@ type IndexReaders []cache.Indexer
 
 // ReadersOf implements ConfigMapReaders: the readers sorted by kind and name.
 func (r IndexReaders) ReadersOf(namespace, configMap string) ([]*Workload, error) {
-	var out []*Workload
-	for _, idx := range r {
-		objs, err := idx.ByIndex(ConfigMapIndex, namespace+"/"+configMap)
-		if err != nil {
-			return nil, fmt.Errorf("reading the %s index: %w", ConfigMapIndex, err)
-		}
-		for _, o := range objs {
-			ro, ok := o.(runtime.Object)
-			if !ok {
-				continue
-			}
-			w, err := WorkloadOf(ro, namespace)
-			if err != nil {
-				continue
-			}
-			out = append(out, w)
-		}
+	out, err := r.indexed(namespace, namespace+"/"+configMap)
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Kind != out[j].Kind {

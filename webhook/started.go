@@ -52,7 +52,8 @@ const startSkew = time.Minute
 // patch, so a container reported waiting, terminated (to be restarted) or not at all may be
 // running already (the nineteenth red team removed a key in that window and then unbound the
 // writer). A Pod in graceful deletion runs until its containers stop.
-func runningSince(p *corev1.Pod) time.Time {
+// containers are the Pod's containers (Workload.Containers).
+func runningSince(p *corev1.Pod, containers []*corev1.Container) time.Time {
 	if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return time.Time{}
 	}
@@ -65,8 +66,8 @@ func runningSince(p *corev1.Pod) time.Time {
 		}
 	}
 	var since time.Time
-	for _, c := range podContainerNames(&p.Spec) {
-		t, ok := running[c]
+	for _, c := range containers {
+		t, ok := running[c.Name]
 		if !ok {
 			t = p.CreationTimestamp.Time
 		}
@@ -78,20 +79,6 @@ func runningSince(p *corev1.Pod) time.Time {
 		}
 	}
 	return since
-}
-
-func podContainerNames(spec *corev1.PodSpec) []string {
-	var out []string
-	for _, c := range spec.InitContainers {
-		out = append(out, c.Name)
-	}
-	for _, c := range spec.Containers {
-		out = append(out, c.Name)
-	}
-	for _, c := range spec.EphemeralContainers {
-		out = append(out, c.Name)
-	}
-	return out
 }
 
 // lastChange is the latest time managedFields records for an update, or the creation; ok is
@@ -142,8 +129,11 @@ func (owner *Workload) runsAs(p *Workload) {
 func fencingFromPodMetadata(c *corev1.Container) bool {
 	fromMeta := func(e *corev1.EnvVar) bool {
 		r := e.ValueFrom
-		return r != nil && r.FieldRef != nil &&
-			(strings.HasPrefix(r.FieldRef.FieldPath, "metadata.labels") || strings.HasPrefix(r.FieldRef.FieldPath, "metadata.annotations"))
+		if r == nil || r.FieldRef == nil {
+			return false
+		}
+		base, _, _ := splitSubscript(r.FieldRef.FieldPath) // as fieldRefValue reads the path
+		return base == "metadata.labels" || base == "metadata.annotations"
 	}
 	for i := range c.Env {
 		e := &c.Env[i]
@@ -182,7 +172,8 @@ func readSinceStart(w *Workload, c *corev1.Container, f *Facts) string {
 		case !ok || cm.Err != nil:
 			continue // not read for this container: nothing in it can matter (or already unknowable)
 		case cm.NotFound:
-			if !optionalConfigMapRef(c, name) {
+			// An optional one the kubelet starts the container without: its absence says nothing.
+			if requiresConfigMapIn(c.Env, c.EnvFrom, name) {
 				return fmt.Sprintf("%s, and ConfigMap %q, which it could not have started without, has been deleted since", started, name)
 			}
 		case cm.Changed.IsZero():
@@ -197,28 +188,16 @@ func readSinceStart(w *Workload, c *corev1.Container, f *Facts) string {
 	return ""
 }
 
-// optionalConfigMapRef reports whether every reference of c to ConfigMap name is optional: the
-// kubelet starts the container without such a ConfigMap, so its absence now says nothing of then.
-func optionalConfigMapRef(c *corev1.Container, name string) bool {
-	for _, f := range c.EnvFrom {
-		if r := f.ConfigMapRef; r != nil && r.Name == name && (r.Optional == nil || !*r.Optional) {
-			return false
-		}
+// asRunning is, for a review that bites the processes running now (Input.asRunsNow), each
+// container of the object as its running process holds it: one that may read its fencing switch
+// from what has changed since it started counts as armed, since what it read then cannot be known.
+// A container that fixes the switch to a literal, or cannot set it, holds the same switch as it did
+// at its start.
+func asRunning(in Input, views []containerView, f *Facts) {
+	if !in.asRunsNow() {
+		return
 	}
-	for _, e := range c.Env {
-		if r := e.ValueFrom; r != nil && r.ConfigMapKeyRef != nil && r.ConfigMapKeyRef.Name == name &&
-			(r.ConfigMapKeyRef.Optional == nil || !*r.ConfigMapKeyRef.Optional) {
-			return false
-		}
-	}
-	return true
-}
-
-// asRunning is, for an RBAC review, each container of w as its running process holds it: one that
-// may read its fencing switch from what has changed since it started counts as armed, since what it
-// read then cannot be known. A container that fixes the switch to a literal, or cannot set it,
-// holds the same switch as it did at its start.
-func asRunning(w *Workload, views []containerView, f *Facts) {
+	w := in.Object
 	names := envNamesOf(&w.Pod)
 	for i := range views {
 		v := &views[i]

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -152,4 +153,10 @@ func (h *Handler) armableUsers(sels ...AccountSelector) ([]*Workload, error) {
 // the fencing variable (up to case) or reads envFrom. Nothing else can be armed, so nothing else is judged.
 func mayArm(w *Workload) bool {
 	return slices.ContainsFunc(w.Containers(), mayArmContainer)
+}
+
+// mayArmContainer is mayArm for one container: an env entry of the fencing switch's name (up to
+// case), or any envFrom source, as the chart's condition reads it.
+func mayArmContainer(c *corev1.Container) bool {
+	return len(c.EnvFrom) > 0 || slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return mayBeName(e.Name, EnvFencing) })
 }

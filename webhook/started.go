@@ -210,9 +210,3 @@ func asRunning(in Input, views []containerView, f *Facts) {
 		}
 	}
 }
-
-// mayArmContainer reports whether c can set the fencing switch: an env entry of its name (up to
-// case) or an envFrom source.
-func mayArmContainer(c *corev1.Container) bool {
-	return len(c.EnvFrom) > 0 || slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return mayBeName(e.Name, EnvFencing) })
-}

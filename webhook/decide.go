@@ -179,6 +179,9 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		}
 		namespaces[ns] = append(namespaces[ns], ev.shards...)
 	}
+	if c := in.RBACChange; c != nil && saName != "default" {
+		d.checkElsewhere(c, f, p, w, saKey, armed, elections, cms, budget)
+	}
 	for _, ns := range sortedKeys(shardsKnown) {
 		if saName != "default" {
 			d.checkAccess(f, saKey, ns, namespaces[ns], shardsKnown[ns])

@@ -169,7 +169,10 @@
 //     its Pod's creation, a Pod in graceful deletion until it stops), or from the Pod's labels or annotations, so a
 //     ConfigMap set to shadow does not disarm a writer until it restarts; a ConfigMap change that
 //     leaves no such record (a key removed, a delete, managedFields moved back) is refused while a
-//     reader runs (unrecordedChange). A review the webhook
+//     reader runs (unrecordedChange). Where the election runs is read at the start too: when its
+//     on/off, namespace or shard may come from what changed since (electsElsewhere), the change
+//     may take no lease access from the account anywhere it reaches (RBACChange.takenFrom), since
+//     any Lease the account reaches may be the one the process holds. A review the webhook
 //     cannot complete because its own ClusterRole no longer lets it list ClusterRoles (an older
 //     chart's, part-way through a rollback) is admitted with a warning (olderRole). The guard's own access
 //     is kept (rbacself.go): while it serves, a

@@ -147,6 +147,9 @@ type PodContext struct {
 	// on every pod over the template's value (controllerSetKeys): never read from the template.
 	ControllerSet map[string]bool
 	SetBy         string
+	// sinceStart, when set, says why the labels and annotations a running process read at its
+	// start cannot be known (electsElsewhere): every fieldRef to them is unknown.
+	sinceStart string
 }
 
 // PodMeta is the part of the pod's metadata a fieldRef can read.
@@ -507,6 +510,9 @@ func fieldRefValue(ref *corev1.ObjectFieldSelector, pod *PodContext) Value {
 	}
 	if path == "spec.host" {
 		path = "spec.nodeName"
+	}
+	if base, _, _ := splitSubscript(path); pod.sinceStart != "" && (base == "metadata.labels" || base == "metadata.annotations") {
+		return unknown("fieldRef " + quote(ref.FieldPath) + " (" + pod.sinceStart + ")")
 	}
 	if base, key, ok := splitSubscript(path); ok {
 		var m map[string]string

@@ -20,7 +20,8 @@ func Needs(in Input, f *Facts, p Policy) Query {
 	}
 	budget := in.budget()
 	b := newQueryBuilder(f, w.Namespace)
-	views := view(w, in.configMapsFor(f.configMaps(), false), budget)
+	cms := in.configMapsFor(f.configMaps(), false)
+	views := view(w, cms, budget)
 	asRunning(in, views, f) // as Decide judges it
 	anyArmed := false
 	for i := range views {
@@ -71,6 +72,9 @@ func Needs(in Input, f *Facts, p Policy) Query {
 		}
 		ns := ev.namespace.Text
 		shardsKnown := ev.shardProblem == "" && ev.tooMany == 0
+		if c := in.RBACChange; c != nil && sa != "default" && electsElsewhere(w, v, cms, f, budget) != "" {
+			c.needsTaken(f, b, saKey, c.reach(p, w, []string{ns}))
+		}
 		if sa != "default" {
 			b.leaseGuard(ns)
 			verbs := requiredVerbs

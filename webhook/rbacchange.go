@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // This file answers: what does an RBAC or ServiceAccount change under review take away from the
@@ -318,14 +319,125 @@ func (c *RBACChange) needs(f *Facts, b *queryBuilder) {
 		if a.Err != nil || !a.Allowed || !c.touches(check) {
 			continue
 		}
-		b.bindings("")
-		b.bindings(check.Namespace)
-		for _, at := range []stage{beforeChange, afterChange, afterRewrites} {
-			for _, k := range c.view(f, at).neededRoles(check.ServiceAccount, "", check.Namespace) {
-				b.role(k)
+		c.needsIn(f, b, check.ServiceAccount, check.Namespace)
+	}
+}
+
+// needsIn asks for the RBAC state that decides sa's lease access in ns at every stage of the change.
+func (c *RBACChange) needsIn(f *Facts, b *queryBuilder, sa types.NamespacedName, ns string) {
+	if !c.touches(AccessCheck{ServiceAccount: sa, Namespace: ns}) {
+		return
+	}
+	b.bindings("")
+	b.bindings(ns)
+	for _, at := range []stage{beforeChange, afterChange, afterRewrites} {
+		for _, k := range c.view(f, at).neededRoles(sa, "", ns) {
+			b.role(k)
+		}
+	}
+}
+
+// needsTaken asks for what takenFrom reads of sa's access in namespaces.
+func (c *RBACChange) needsTaken(f *Facts, b *queryBuilder, sa types.NamespacedName, namespaces []string) {
+	if k, ok := c.boundRole(); ok {
+		b.role(k)
+	}
+	for _, ns := range namespaces {
+		b.leaseGuard(ns)
+		c.needsIn(f, b, sa, ns)
+	}
+}
+
+// maxNamedLeases bounds the Leases by name takenFrom checks: a role may list any number.
+const maxNamedLeases = 64
+
+// takenFrom says what lease access of sa the change takes in any of namespaces, namespace-wide or
+// on a Lease the rules it changes name, or "". For a running process whose election may run
+// elsewhere than the guard resolves now (electsElsewhere), every Lease its account reaches may be
+// the one it holds, so nothing may be taken from the account while it runs.
+func (c *RBACChange) takenFrom(f *Facts, sa types.NamespacedName, namespaces []string) (string, error) {
+	if !c.isBinding() && !c.isRole() {
+		return "", nil
+	}
+	names, err := c.namedLeases(f)
+	if err != nil {
+		return "", err
+	}
+	for _, ns := range namespaces {
+		verbs := electionVerbs
+		if g, ok := f.LeaseGuards[ns]; ok && g.Err == nil && !g.asksAuthorizer(sa) {
+			verbs = requiredVerbs // no lease guard there asks for VerbElect: losing it takes nothing
+		}
+		for _, verb := range verbs {
+			checks := []AccessCheck{{ServiceAccount: sa, Namespace: ns, Verb: verb}}
+			for _, n := range names {
+				if verb != "create" { // create cannot be restricted by name
+					checks = append(checks, AccessCheck{ServiceAccount: sa, Namespace: ns, Verb: verb, Name: n})
+				}
+			}
+			for _, check := range checks {
+				switch lost, err := c.lost(f, check); {
+				case err != nil:
+					return "", err
+				case lost && check.Name != "":
+					return fmt.Sprintf("%s takes %s on Lease %s/%s from ServiceAccount %s", c.describe(), verb, ns, check.Name, sa), nil
+				case lost:
+					return fmt.Sprintf("%s takes %s on leases in %s from ServiceAccount %s", c.describe(), verb, ns, sa), nil
+				}
 			}
 		}
 	}
+	return "", nil
+}
+
+// namedLeases are the Lease names the rules the change can alter restrict lease verbs to: the
+// changed role's, the bound role's, and those of the roles the aggregation controller rewrites.
+func (c *RBACChange) namedLeases(f *Facts) ([]string, error) {
+	rules := slices.Clone(c.OldRules)
+	if k, ok := c.boundRole(); ok {
+		r, ok := f.Roles[k]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%s: %w", k, errNotLookedUp)
+		case r.Err != nil:
+			return nil, r.Err
+		}
+		rules = append(rules, r.Rules...)
+	}
+	for _, rw := range c.rewrites {
+		rules = append(rules, rw.before...)
+	}
+	var names []string
+	for i := range rules {
+		r := &rules[i]
+		if !matchesAny(r.APIGroups, rbacv1.APIGroupAll, "coordination.k8s.io") || !matchesAny(r.Resources, rbacv1.ResourceAll, "leases") {
+			continue
+		}
+		names = appendNew(names, r.ResourceNames...)
+		if len(names) > maxNamedLeases {
+			return nil, fmt.Errorf("the roles it changes name more than %d Leases", maxNamedLeases)
+		}
+	}
+	return names, nil
+}
+
+// boundRole is the role the binding under change names (binding kinds only).
+func (c *RBACChange) boundRole() (RoleKey, bool) {
+	if c.OldBinding == nil {
+		return RoleKey{}, false
+	}
+	return c.OldBinding.roleOf()
+}
+
+// reach is the namespaces where the change can take a writer's lease access that the guard can
+// judge: a namespaced kind's own; for a cluster-scoped one, every guarded namespace, w's own and
+// also (where w elects now).
+func (c *RBACChange) reach(p Policy, w *Workload, also []string) []string {
+	if c.Namespace != "" {
+		return []string{c.Namespace}
+	}
+	out := appendNew(slices.Clone(p.LeaseNamespaces), w.Namespace)
+	return appendNew(out, also...)
 }
 
 // AccountSelector selects ServiceAccounts: Namespace "" is every namespace, Name "" every account

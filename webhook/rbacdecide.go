@@ -3,6 +3,8 @@ package webhook
 import (
 	"fmt"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // DecideRBACChange is the policy for an RBAC or ServiceAccount change, for one guarded object w
@@ -79,4 +81,32 @@ func olderRole(f *Facts, c *RBACChange) string {
 		return ""
 	}
 	return truncate(fmt.Sprintf("ehdb-election guard: %s was not judged: %s; RBAC changes are not judged until the webhook's ClusterRole grants this version's reads again (a rollback to an older chart narrows it; that chart's webhook follows).", c, f.ClusterRoles.Unread), 480)
+}
+
+// checkElsewhere holds a running process whose election may run elsewhere than the guard
+// resolves now (electsElsewhere: a namespace, shard or on/off read from what changed since its
+// start) to every Lease its account reaches: the change c may take nothing from sa there. Its
+// ordinary checks still judge where it will elect next.
+func (d *Decision) checkElsewhere(c *RBACChange, f *Facts, p Policy, w *Workload, sa types.NamespacedName, armed []*containerView, elections []electionView, cms ConfigMapSource, budget *Budget) {
+	for i, v := range armed {
+		why := electsElsewhere(w, v, cms, f, budget)
+		if why == "" {
+			continue
+		}
+		var now []string
+		if elections[i].namespace.Known() {
+			now = []string{elections[i].namespace.Text}
+		}
+		taken, err := c.takenFrom(f, sa, c.reach(p, w, now))
+		switch {
+		case err != nil:
+			d.unmet(ReasonCouldNotVerify, fmt.Sprintf("%s: %s, and what %s takes from ServiceAccount %s could not be told: %v.", v.label(), why, c, sa, err), "retry.")
+		case taken != "":
+			d.unmet(ReasonServiceAccountUnbound, fmt.Sprintf("%s: %s, and %s, which its election may be using.", v.label(), why, taken),
+				"restart it (a rollout), a minute or more after the change, then retry.")
+		default:
+			continue
+		}
+		return // one is enough to refuse
+	}
 }

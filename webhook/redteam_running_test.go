@@ -9,11 +9,13 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/noetl/ehdb-election/internal/electionenv"
 	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
@@ -217,6 +219,102 @@ func TestConfigMapChangesUnderARunningReaderLeaveARecord(t *testing.T) {
 			}
 			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
 				t.Errorf("the refusal does not say %q: %s", tc.msg, out.Response.Result.Message)
+			}
+		})
+	}
+}
+
+// The election reads its namespace and shard at its start too. A writer whose
+// NOETL_EHDB_ELECTION_NAMESPACE comes from a ConfigMap, edited to another namespace where its
+// account is also bound, still elects in the old one until it restarts; the RBAC review judged it
+// where it would elect next, so deleting the old namespace's RoleBinding was admitted and the
+// running writer lost its Lease. Every variable the election reads, not only the fencing switch,
+// is judged as the running process read it: each row marked refused was admitted before.
+func TestRBACChangesJudgeWhereTheRunningProcessElects(t *testing.T) {
+	started := now.Add(-time.Hour)
+	onLinux := func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.OS = &corev1.PodOS{Name: corev1.Linux} }
+	running := func(s *appsv1.StatefulSet) *corev1.Pod {
+		p := barePod(s, "w-0")
+		p.Spec.NodeName = "node-1"
+		p.CreationTimestamp = metav1.NewTime(started.Add(-10 * time.Minute))
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: wt.ContainerName,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}}}}}
+		return p
+	}
+	byKey := sts(append(compliant(), onLinux, envVar(cmKey("NOETL_EHDB_ELECTION_NAMESPACE", "election", "namespace", false)))...)
+	byEnvFrom := sts(append(compliant(), onLinux, envFrom(cmEnvFrom("election", "")))...)
+	byReference := sts(append(compliant(), onLinux, envVar(cmKey("LEASE_NS", "election", "namespace", false)),
+		wt.SetEnv("NOETL_EHDB_ELECTION_NAMESPACE", "$(LEASE_NS)"))...)
+	elsewhere := map[string]map[string]string{"election": {"namespace": "other", "NOETL_EHDB_ELECTION_NAMESPACE": "other", "shard": "1"}}
+	changedAfter := map[string]time.Time{"election": started.Add(10 * time.Minute)}
+	changedBefore := map[string]time.Time{"election": started.Add(-2 * time.Minute)}
+	chartRB := roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA))
+	deleteBinding := func(t *testing.T) []byte { return rbacReview(t, admissionv1.Delete, rbKind, chartRole, nil, chartRB) }
+	// A Role that grants get and update on each shard's Lease by name, narrowed to shard 1's: the
+	// writer whose shard key moved from 0 to 1 still holds shard 0's Lease.
+	byShard := sts(append(compliant(), onLinux, envVar(cmKey("NOETL_EHDB_ELECTION_SHARD", "election", "shard", false)))...)
+	leaseRules := func(names ...string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "update", webhook.VerbElect}, ResourceNames: names},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "list", "watch"}},
+		}
+	}
+	byName := mkRole(chartRole, leaseRules(electionenv.LeaseName(0), electionenv.LeaseName(1))...)
+	narrowed := mkRole(chartRole, leaseRules(electionenv.LeaseName(1))...)
+	narrow := func(t *testing.T) []byte {
+		return rbacReview(t, admissionv1.Update, roleKind, chartRole, narrowed, byName)
+	}
+	widened := mkRole(chartRole, append(leaseRules(electionenv.LeaseName(0), electionenv.LeaseName(1)), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})...)
+	widen := func(t *testing.T) []byte {
+		return rbacReview(t, admissionv1.Update, roleKind, chartRole, widened, byName)
+	}
+	byNameCluster := func(c *wt.Resolver) {
+		c.Roles = []rbacv1.Role{*byName}
+		c.Allowed = nil
+		c.Grant(ns, wt.WriterSA, ns, "create", "list", "watch")
+		for _, s := range []uint32{0, 1} {
+			c.GrantNamed(ns, wt.WriterSA, ns, electionenv.LeaseName(s), "get", "update", webhook.VerbElect)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		reader  *corev1.Pod
+		changed map[string]time.Time
+		review  func(*testing.T) []byte
+		cluster func(*wt.Resolver)
+		allowed bool
+	}{
+		{"the namespace key moved after it started", running(byKey), changedAfter, deleteBinding, nil, false},
+		{"the namespace moved by its envFrom ConfigMap", running(byEnvFrom), changedAfter, deleteBinding, nil, false},
+		{"the namespace moved through a $(reference)", running(byReference), changedAfter, deleteBinding, nil, false},
+		{"the shard moved, and its old Lease narrowed away by name", running(byShard), changedAfter, narrow, byNameCluster, false},
+		{"restarted since the move", running(byKey), changedBefore, deleteBinding, nil, true},
+		{"the shard moved, and the Role widened: nothing taken", running(byShard), changedAfter, widen, byNameCluster, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := rbacCluster()
+			cluster.Grant(ns, wt.WriterSA, "other", "get", "list", "watch", "create", "update")
+			cluster.ConfigMaps, cluster.ConfigMapChanged = elsewhere, tc.changed
+			if tc.cluster != nil {
+				tc.cluster(cluster)
+			}
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true, LeaseNamespaces: []string{ns, "other"}},
+				Accounts: fakeReaders(t, tc.reader), Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", tc.review(t))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("an RBAC change under a writer that elected elsewhere at its start: allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if testing.Verbose() && !tc.allowed {
+				t.Log(out.Response.Result.Message)
+			}
+			if !tc.allowed {
+				for _, m := range []string{"as its process read it at its start cannot be known", `ConfigMap "election" changed at`, "restart it"} {
+					if !strings.Contains(out.Response.Result.Message, m) {
+						t.Errorf("the refusal does not say %q:\n%s", m, out.Response.Result.Message)
+					}
+				}
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/noetl/ehdb-election/internal/electionenv"
 )
 
 // This file answers: what environment does a running container hold?
@@ -127,65 +130,149 @@ func (owner *Workload) runsAs(p *Workload) {
 // fencingFromPodMetadata reports whether c's fencing switch may come from the Pod's labels or
 // annotations: an entry of its name (up to case) that reads them, or one its value refers to.
 func fencingFromPodMetadata(c *corev1.Container) bool {
-	fromMeta := func(e *corev1.EnvVar) bool {
-		r := e.ValueFrom
-		if r == nil || r.FieldRef == nil {
-			return false
-		}
-		base, _, _ := splitSubscript(r.FieldRef.FieldPath) // as fieldRefValue reads the path
-		return base == "metadata.labels" || base == "metadata.annotations"
-	}
 	for i := range c.Env {
 		e := &c.Env[i]
 		if !mayBeName(e.Name, EnvFencing) {
 			continue
 		}
-		if fromMeta(e) {
+		if fromPodMetadata(e) {
 			return true
 		}
-		if strings.Contains(e.Value, "$(") && slices.ContainsFunc(c.Env, func(x corev1.EnvVar) bool { return fromMeta(&x) }) {
+		if strings.Contains(e.Value, "$(") && readsPodMetadata(c) {
 			return true
 		}
 	}
 	return false
 }
 
-// readSinceStart says why c, running since w.RunningSince, may hold another fencing switch than
-// the guard resolves now, or "": a ConfigMap the review read for it (f) changed after startSkew
-// before that start, or at a time the API server did not record, or the switch comes from the
-// Pod's labels or annotations.
-func readSinceStart(w *Workload, c *corev1.Container, f *Facts) string {
+// startedAt is the start the guard dates w's running processes' reads by, and how it says so;
+// zero when none runs.
+func startedAt(w *Workload, f *Facts) (time.Time, string) {
 	since := w.RunningSince
 	if since.IsZero() {
-		return ""
+		return since, ""
 	}
 	if !f.Now.IsZero() && since.After(f.Now.Add(startSkew)) {
 		// A start reported in the future is a node clock ahead of this one: it dates nothing
 		// (the twentieth red team's start 3 minutes ahead hid the change after it).
 		since = time.Unix(1, 0)
 	}
+	return since, "it has run since " + since.UTC().Format(time.RFC3339)
+}
+
+// changedSinceStart is, for each ConfigMap c reads that a review read (f), why the content its
+// process read at its start, running since w.RunningSince, may differ from what the guard reads
+// now: it changed after startSkew before that start, or at a time the API server did not record,
+// or it was deleted although c could not have started without it. started says since when.
+func changedSinceStart(w *Workload, c *corev1.Container, f *Facts) (changed map[string]string, order []string, started string) {
+	since, started := startedAt(w, f)
+	if since.IsZero() {
+		return nil, nil, ""
+	}
 	after := func(t time.Time) bool { return !t.Before(since.Add(-startSkew)) }
-	started := "it has run since " + since.UTC().Format(time.RFC3339)
 	for _, name := range referencedConfigMaps(c) {
 		cm, ok := f.ConfigMaps[name]
+		why := ""
 		switch {
 		case !ok || cm.Err != nil:
 			continue // not read for this container: nothing in it can matter (or already unknowable)
 		case cm.NotFound:
 			// An optional one the kubelet starts the container without: its absence says nothing.
 			if requiresConfigMapIn(c.Env, c.EnvFrom, name) {
-				return fmt.Sprintf("%s, and ConfigMap %q, which it could not have started without, has been deleted since", started, name)
+				why = fmt.Sprintf("ConfigMap %q, which it could not have started without, has been deleted since", name)
 			}
 		case cm.Changed.IsZero():
-			return fmt.Sprintf("%s, and ConfigMap %q has no record of when it last changed", started, name)
+			why = fmt.Sprintf("ConfigMap %q has no record of when it last changed", name)
 		case after(cm.Changed):
-			return fmt.Sprintf("%s, and ConfigMap %q changed at %s", started, name, cm.Changed.UTC().Format(time.RFC3339))
+			why = fmt.Sprintf("ConfigMap %q changed at %s", name, cm.Changed.UTC().Format(time.RFC3339))
+		}
+		if why != "" {
+			if changed == nil {
+				changed = map[string]string{}
+			}
+			changed[name] = why
+			order = append(order, name)
 		}
 	}
-	if fencingFromPodMetadata(c) {
+	return changed, order, started
+}
+
+// readSinceStart says why c, running since w.RunningSince, may hold another fencing switch than
+// the guard resolves now, or "": a ConfigMap it reads changed since its start (changedSinceStart),
+// or the switch comes from the Pod's labels or annotations.
+func readSinceStart(w *Workload, c *corev1.Container, f *Facts) string {
+	changed, order, started := changedSinceStart(w, c, f)
+	switch {
+	case started == "":
+		return ""
+	case len(order) > 0:
+		return started + ", and " + changed[order[0]]
+	case fencingFromPodMetadata(c):
 		return started + ", and its fencing switch comes from the Pod's labels or annotations, which can change under it with no record to date them by"
 	}
 	return ""
+}
+
+// electionCoordinates are the variables that decide whether a writer's election runs and which
+// Lease it takes: on or off, the namespace, the shard, and what the parser falls back on for the
+// last two.
+var electionCoordinates = []string{electionenv.EnvElection, electionenv.EnvNamespace, electionenv.EnvPodNamespace, electionenv.EnvShard, electionenv.EnvHostname}
+
+// electsElsewhere says why the election of v's running process, which started before what it reads
+// changed (changedSinceStart, or the Pod's labels and annotations a fieldRef reads), may run in
+// another namespace, on another shard, or at all, than the guard resolves now from env (cms, the
+// facts at hand), or "". It resolves the environment again with every such source unknown: a
+// coordinate that then differs from env's was read from what changed. The RBAC review then holds
+// the process to everything its account reaches (RBACChange.takenFrom): before it, a ConfigMap
+// setting NOETL_EHDB_ELECTION_NAMESPACE to another namespace where the account is bound too let the
+// old namespace's RoleBinding go under the running writer (a gap left open after the twentieth red
+// team).
+func electsElsewhere(w *Workload, v *containerView, cms ConfigMapSource, f *Facts, budget *Budget) string {
+	changed, order, started := changedSinceStart(w, v.c, f)
+	meta := readsPodMetadata(v.c)
+	if started == "" || (len(order) == 0 && !meta) {
+		return ""
+	}
+	src := func(name string) (ConfigMapFact, bool) {
+		if why, ok := changed[name]; ok {
+			return ConfigMapFact{Err: errors.New(why)}, true
+		}
+		return cms(name)
+	}
+	pod := w.Pod
+	if meta {
+		pod.sinceStart = "the Pod's labels and annotations can change under a running process with no record to date them by"
+	}
+	run := resolveEnv(v.c, &pod, src, budget)
+	for _, name := range electionCoordinates {
+		was, wasSet := run.Lookup(name)
+		is, isSet := v.env.Lookup(name)
+		if wasSet == isSet && was.Known() == is.Known() && was.Text == is.Text && was.PerOrdinal == is.PerOrdinal {
+			continue
+		}
+		why := "its labels or annotations, which can change under it with no record to date them by"
+		if len(order) > 0 {
+			why = changed[order[0]]
+		}
+		return fmt.Sprintf("%s as its process read it at its start cannot be known (%s, and %s; a process keeps the environment of its start: restart it, a minute or more after the change, to have it read the current one)", name, started, why)
+	}
+	return ""
+}
+
+// readsPodMetadata reports whether an env entry of c reads the Pod's labels or annotations.
+func readsPodMetadata(c *corev1.Container) bool {
+	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return fromPodMetadata(&e) })
+}
+
+// fromPodMetadata reports whether e reads the Pod's labels or annotations (as fieldRefValue reads
+// the path).
+func fromPodMetadata(e *corev1.EnvVar) bool {
+	r := e.ValueFrom
+	if r == nil || r.FieldRef == nil {
+		return false
+	}
+	base, _, _ := splitSubscript(r.FieldRef.FieldPath)
+	return base == "metadata.labels" || base == "metadata.annotations"
 }
 
 // asRunning is, for a review that bites the processes running now (Input.asRunsNow), each

@@ -7,10 +7,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/noetl/ehdb-election/internal/electionenv"
+	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
@@ -47,23 +50,7 @@ func TestRedTeamDisarmUnderARunningProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the writer armed by its ConfigMap, shard 0 live: %v", err)
 	}
-	reportStart := func(at time.Time) {
-		t.Helper()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			got, err := cs.CoreV1().Pods(rt.ns).Get(ctx, p.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			got.Status.Phase = corev1.PodRunning
-			got.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, Ready: true,
-				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(at)}}}}
-			_, err = cs.CoreV1().Pods(rt.ns).UpdateStatus(ctx, got, metav1.UpdateOptions{})
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	reportStart := func(at time.Time) { t.Helper(); reportStarted(t, rt, p.Name, c, at) }
 	reportStart(time.Now().Add(-time.Hour))
 
 	// The eighteenth red team's undated changes under the running process: a removed key stamps
@@ -83,12 +70,7 @@ func TestRedTeamDisarmUnderARunningProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the writer's ConfigMap set to shadow: %v", err)
 	}
-	changed := shadowed.CreationTimestamp.Time
-	for _, m := range shadowed.ManagedFields {
-		if m.Time != nil && m.Time.After(changed) {
-			changed = m.Time.Time
-		}
-	}
+	changed := lastChanged(shadowed.ObjectMeta)
 	deleteRB := func(ctx context.Context) error { return cs.RbacV1().RoleBindings(rt.ns).Delete(ctx, role, dryDelete) }
 	// The guard's watch sees the Pod's status within moments: the answer once it has.
 	err = answerOnce(10*time.Second, func(err error) bool { return err != nil }, deleteRB)
@@ -102,6 +84,117 @@ func TestRedTeamDisarmUnderARunningProcess(t *testing.T) {
 	reportStart(changed.Add(62 * time.Second))
 	err = answerOnce(10*time.Second, func(err error) bool { return err == nil }, deleteRB)
 	admitted(t, "DELETE RoleBinding "+role+" once the writer restarted onto shadow", err)
+}
+
+// reportStarted writes the Pod's status as the kubelet would on the container's start at at
+// (there is no kubelet here).
+func reportStarted(t *testing.T, rt *redTeam, pod string, c *corev1.Container, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := rt.cs.CoreV1().Pods(rt.ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got.Status.Phase = corev1.PodRunning
+		got.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(at)}}}}
+		_, err = rt.cs.CoreV1().Pods(rt.ns).UpdateStatus(ctx, got, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lastChanged is when the API server last recorded a change of the object (its managedFields).
+func lastChanged(meta metav1.ObjectMeta) time.Time {
+	at := meta.CreationTimestamp.Time
+	for _, m := range meta.ManagedFields {
+		if m.Time != nil && m.Time.After(at) {
+			at = m.Time.Time
+		}
+	}
+	return at
+}
+
+// TestRedTeamShardMovedUnderARunningProcess is the same class for where the election runs: a
+// writer takes its shard from a ConfigMap key and runs on shard 0; its Role grants the Leases by
+// name. The key is set to 1 (admitted: shard 1 is live, and the next start elects there); then the
+// Role is narrowed to shard 1's Lease. The running process read 0 at its start and holds shard 0's
+// Lease, so that edit fails its shard: refused, with the restart as the way out. Before the rule
+// the edit was admitted (the guard judged the writer on shard 1).
+func TestRedTeamShardMovedUnderARunningProcess(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	cs := rt.cs
+	rt.liveShard0(t)
+	rt.liveLease(t, 1)
+	roleName := rt.name + "-shard-election"
+
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "writer-election"}, Data: map[string]string{"shard": "0"}}
+	created, err := cs.CoreV1().ConfigMaps(rt.ns).Create(ctx, cm, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := rt.writer("w").Spec.Template.Spec
+	c := &spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: "NOETL_EHDB_ELECTION_SHARD", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}, Key: "shard"}}})
+	spec.OS = &corev1.PodOS{Name: corev1.Linux}
+	spec.NodeName = "node-1"
+	p, err := cs.CoreV1().Pods(rt.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w-0"}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the writer on shard 0 by its ConfigMap: %v", err)
+	}
+	// The writer started (as a kubelet reports it) after its ConfigMap was created, by more than
+	// the guard's margin (a minute): it read shard 0. The API server's times are whole seconds,
+	// and a start further ahead of the webhook's clock than the margin dates nothing, so the test
+	// waits two seconds past the creation before anything is judged.
+	reportStarted(t, rt, p.Name, c, lastChanged(created.ObjectMeta).Add(61*time.Second))
+	time.Sleep(time.Until(lastChanged(created.ObjectMeta).Add(2 * time.Second)))
+
+	// The writer Role grants get and update on each shard's Lease by name (admitted: the writer
+	// keeps shard 0's).
+	byName := func(shards ...uint32) []rbacv1.PolicyRule {
+		var names []string
+		for _, s := range shards {
+			names = append(names, electionenv.LeaseName(s))
+		}
+		return []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "update", webhook.VerbElect}, ResourceNames: names},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list", "watch", "create"}},
+		}
+	}
+	roles := cs.RbacV1().Roles(rt.ns)
+	role, err := roles.Get(ctx, roleName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = byName(0, 1)
+	if role, err = roles.Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("the writer Role by Lease name, shards 0 and 1: %v", err)
+	}
+
+	// The key moved to shard 1: admitted (shard 1 is live; nothing restarts).
+	cm.Data["shard"] = "1"
+	moved, err := cs.CoreV1().ConfigMaps(rt.ns).Update(ctx, cm, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("the writer's shard key set to 1: %v", err)
+	}
+	narrowed := role.DeepCopy()
+	narrowed.Rules = byName(1)
+	narrow := func(ctx context.Context) error { _, err := roles.Update(ctx, narrowed, dryUpdate); return err }
+	err = answerOnce(10*time.Second, func(err error) bool { return err != nil }, narrow)
+	disarmRefused(t, "the writer Role narrowed to shard 1's Lease under the process that read shard 0", err,
+		"Pod "+rt.ns+"/w-0", "NOETL_EHDB_ELECTION_SHARD as its process read it at its start cannot be known", `ConfigMap "writer-election" changed at`,
+		"Lease "+rt.ns+"/"+electionenv.LeaseName(0), "restart it")
+
+	// Restarted more than a minute after the move: it elects on shard 1, and shard 0's Lease is
+	// not its to keep.
+	reportStarted(t, rt, p.Name, c, lastChanged(moved.ObjectMeta).Add(62*time.Second))
+	err = answerOnce(10*time.Second, func(err error) bool { return err == nil }, narrow)
+	admitted(t, "the writer Role narrowed to shard 1's Lease once the writer restarted onto shard 1", err)
 }
 
 // answerOnce asks until the answer is settled (or within has passed) and returns the last answer:

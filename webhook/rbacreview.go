@@ -63,7 +63,7 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 	if err != nil {
 		return couldNotVerify(fmt.Sprintf("ehdb-election guard: could not verify %s: %v", change, err))
 	}
-	if what := change.takesFromSelf(h.Self, accounts); what != "" {
+	if what := change.takesFromSelf(facts, h.Self, accounts); what != "" {
 		return deny(ReasonGuardAccess, selfMessage(change, h.Self, what))
 	}
 	users, err := h.armableUsers(accounts...)

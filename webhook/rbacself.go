@@ -12,7 +12,7 @@ import (
 // Without it the guard cannot read ServiceAccounts, ConfigMaps or Leases, so every armed Pod is
 // "could not verify" and fails open (the final red team deleted the webhook's RoleBinding and
 // every armed bare Pod was admitted). So while the webhook serves, a change that removes its own
-// ServiceAccount from a binding, deletes that ServiceAccount (or turns its token off), or takes
+// ServiceAccount from a binding of a role that grants one of them, deletes that ServiceAccount (or turns its token off), or takes
 // from a role bound to it one of the reads it verifies writers with (selfNeeds) is refused. Other
 // rules of its roles may change: a rollback to an older chart narrows them, and that chart's
 // webhook replaces this one. `helm uninstall` of the webhook's release is not held: its
@@ -56,7 +56,7 @@ func takesNeeds(old, now []rbacv1.PolicyRule, deleted bool) bool {
 
 // takesFromSelf says what the change takes from the webhook's own account self ("" for
 // nothing). accounts are the accounts the change can touch (RBACChange.Affected).
-func (c *RBACChange) takesFromSelf(self types.NamespacedName, accounts []AccountSelector) string {
+func (c *RBACChange) takesFromSelf(f *Facts, self types.NamespacedName, accounts []AccountSelector) string {
 	if self.Name == "" {
 		return ""
 	}
@@ -69,11 +69,13 @@ func (c *RBACChange) takesFromSelf(self types.NamespacedName, accounts []Account
 			return "it takes the webhook's own ServiceAccount (or its token) away"
 		}
 	case c.isBinding():
-		// Whatever role it binds: the guard's bindings are what give it its reads.
+		// A binding matters when the role it binds may grant one of the reads, or cannot be read:
+		// a group every account is in unbound from a role that grants none (a namespace's "view"
+		// for all ServiceAccounts) takes nothing from the guard.
 		if slices.ContainsFunc(c.removedSubjects(), func(s rbacv1.Subject) bool {
 			sel, ok := selectorOf(s, c.Namespace)
 			return ok && is(sel)
-		}) {
+		}) && c.boundRoleMayGrantSelf(f) {
 			return "it unbinds the webhook's own ServiceAccount"
 		}
 	case c.isRole():
@@ -82,6 +84,23 @@ func (c *RBACChange) takesFromSelf(self types.NamespacedName, accounts []Account
 		}
 	}
 	return ""
+}
+
+// boundRoleMayGrantSelf reports whether the role the binding under change names may grant one of
+// selfNeeds: it does, or it could not be read (AffectedNeeds asks for it).
+func (c *RBACChange) boundRoleMayGrantSelf(f *Facts) bool {
+	k, ok := c.boundRole()
+	if !ok {
+		return true
+	}
+	r, ok := f.Roles[k]
+	switch {
+	case !ok || r.Err != nil:
+		return true
+	case r.NotFound:
+		return false // it grants nothing
+	}
+	return grantsAnySelfNeed(r.Rules)
 }
 
 // selfMessage is the refusal of a change that takes the guard's own access.

@@ -232,6 +232,10 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 	clusterRole := func(rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
 		return &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook"}, Rules: rules}
 	}
+	podReader := mkRole("pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})
+	allAccounts := func(name, role string) *rbacv1.RoleBinding {
+		return roleBinding(name, "Role", role, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts"})
+	}
 	webhookSA := &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook", Namespace: ns}}
 	cases := []struct {
 		name     string
@@ -257,12 +261,17 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 			mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})...), guardRole, true},
 		{"a subject added to its RoleBinding", true, admissionv1.Update, rbKind, guardRB.Name, roleBinding(guardRB.Name, "Role", guardRole.Name, self, saSubject("more")), guardRB, true},
 		{"without its own account configured, not protected", false, admissionv1.Delete, rbKind, guardRB.Name, nil, guardRB, true},
+		// A group its account is in, removed from a binding: it matters only when the role bound
+		// grants one of the reads (the twentieth red team: any such removal was refused).
+		{"every account's group unbound from its Role", true, admissionv1.Delete, rbKind, "all-accounts-guard", nil, allAccounts("all-accounts-guard", guardRole.Name), false},
+		{"every account's group unbound from a role it verifies nothing with", true, admissionv1.Delete, rbKind, "all-accounts-pods", nil, allAccounts("all-accounts-pods", podReader.Name), true},
+		{"a binding of a role that does not exist", true, admissionv1.Delete, rbKind, "all-accounts-gone", nil, allAccounts("all-accounts-gone", "gone"), true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := rbacCluster()
-			cluster.Roles = append(cluster.Roles, *guardRole)
-			cluster.RoleBindings = append(cluster.RoleBindings, *guardRB)
+			cluster.Roles = append(cluster.Roles, *guardRole, *podReader)
+			cluster.RoleBindings = append(cluster.RoleBindings, *guardRB, *allAccounts("all-accounts-guard", guardRole.Name), *allAccounts("all-accounts-pods", podReader.Name))
 			cluster.ClusterRoles = append(cluster.ClusterRoles, *clusterRole(sar, vwcRule))
 			cluster.ClusterRoleBindings = append(cluster.ClusterRoleBindings, *crb)
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, sts(compliant()...)), Clock: clocktesting.NewFakePassiveClock(now)}

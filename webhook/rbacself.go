@@ -12,8 +12,9 @@ import (
 // Without it the guard cannot read ServiceAccounts, ConfigMaps or Leases, so every armed Pod is
 // "could not verify" and fails open (the final red team deleted the webhook's RoleBinding and
 // every armed bare Pod was admitted). So while the webhook serves, a change that removes its own
-// ServiceAccount from a binding of a role that grants one of them, deletes that ServiceAccount (or turns its token off), or takes
-// from a role bound to it one of the reads it verifies writers with (selfNeeds) is refused. Other
+// ServiceAccount from a binding of a role that grants one of the reads it verifies writers with
+// (selfNeeds), deletes that ServiceAccount (or turns its token off), or takes one of those reads
+// from a role bound to it is refused. Other
 // rules of its roles may change: a rollback to an older chart narrows them, and that chart's
 // webhook replaces this one. `helm uninstall` of the webhook's release is not held: its
 // pre-delete hook removes the webhook configuration first.

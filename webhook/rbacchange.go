@@ -263,6 +263,32 @@ func (c *RBACChange) lost(f *Facts, check AccessCheck) (bool, error) {
 	return false, nil
 }
 
+// gained reports whether the change grants check's access that the RBAC authorizer does not grant
+// now: not granted before it, granted right after it or once the aggregation controller has caught
+// up.
+func (c *RBACChange) gained(f *Facts, check AccessCheck) (bool, error) {
+	if !c.touches(check) {
+		return false, nil
+	}
+	before, err := c.view(f, beforeChange).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
+	if err != nil && !before {
+		return false, err
+	}
+	if before {
+		return false, nil
+	}
+	for _, at := range []stage{afterChange, afterRewrites} {
+		after, err := c.view(f, at).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
+		if after {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
 // touches reports whether the change can grant or take check's access at all: a Role or
 // RoleBinding grants only in its own namespace, so access elsewhere is out of its reach (and its
 // RBAC need not be read: a writer electing in a namespace the webhook cannot read does not make
@@ -282,12 +308,23 @@ func (c *RBACChange) apply(f *Facts, w *Workload) *Facts {
 	if c.isBinding() || c.isRole() {
 		out.Access = make(map[AccessCheck]AccessFact, len(f.Access))
 		for check, a := range f.Access {
-			if a.Err == nil && a.Allowed {
+			switch {
+			case a.Err == nil && a.Allowed:
 				switch lost, err := c.lost(f, check); {
 				case err != nil:
 					a = AccessFact{Err: fmt.Errorf("could not tell what %s leaves of it: %w", c, err)}
 				case lost:
 					a = AccessFact{Reason: c.describe() + " removes it"}
+				}
+			case a.Err == nil && check.Verb == VerbWildcardProbe:
+				// A grant can disarm too: an account that comes to hold every verb on leases is
+				// refused by the lease guard (the twenty-first red team widened a writer's Role to
+				// "*", admitted, and its Lease writes were refused from then on).
+				switch gained, err := c.gained(f, check); {
+				case err != nil:
+					a = AccessFact{Err: fmt.Errorf("could not tell what %s grants: %w", c, err)}
+				case gained:
+					a = AccessFact{Allowed: true, Reason: c.describe() + " grants every verb on leases"}
 				}
 			}
 			out.Access[check] = a
@@ -316,8 +353,8 @@ func (c *RBACChange) needs(f *Facts, b *queryBuilder) {
 		return
 	}
 	for check, a := range f.Access {
-		if a.Err != nil || !a.Allowed || !c.touches(check) {
-			continue
+		if a.Err != nil || !(a.Allowed || check.Verb == VerbWildcardProbe) || !c.touches(check) {
+			continue // apply judges what is granted, and a wildcard probe's gain
 		}
 		c.needsIn(f, b, check.ServiceAccount, check.Namespace)
 	}

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -25,11 +26,44 @@ func DecideRBACChange(in Input, f *Facts, p Policy) Decision {
 		return a
 	}
 	if !b.Allowed && !b.unverified() {
-		return Decision{Allowed: true, Reason: ReasonNoOpinion, Subject: a.Subject,
-			Warnings: []string{truncate(fmt.Sprintf("%s already fails the guard's requirements (%s), so %s takes nothing from it.", b.Subject, b.Unmet[0].Problem, in.RBACChange), 240)}}
+		// It fails already. Unless its election cannot run at all, it keeps what it still has: a
+		// writer failing for a state that can be put right (its lease guard refusing an extra
+		// grant, say) would otherwise lose its RoleBinding under the same exemption, and
+		// putting the first right would then leave it with nothing (the twenty-first red team:
+		// a cluster-admin binding made a writer fail its lease guard; its RoleBinding, then the
+		// cluster-admin binding were deleted, both admitted as "already fails").
+		added := a.unmetBeyond(b)
+		if len(added) == 0 || b.electionCannotRun() {
+			return Decision{Allowed: true, Reason: ReasonNoOpinion, Subject: a.Subject,
+				Warnings: []string{truncate(fmt.Sprintf("%s already fails the guard's requirements (%s), so %s takes nothing from it.", b.Subject, b.Unmet[0].Problem, in.RBACChange), 240)}}
+		}
+		a.Unmet, a.Reason = added, added[0].Reason
 	}
 	a.Warnings = nil
 	return a
+}
+
+// unmetBeyond is what d leaves unmet that before did not.
+func (d *Decision) unmetBeyond(before Decision) []Unmet {
+	var out []Unmet
+	for _, u := range d.Unmet {
+		if !slices.ContainsFunc(before.Unmet, func(b Unmet) bool { return b.Reason == u.Reason && b.Problem == u.Problem }) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// electionCannotRun reports whether d fails for a reason that keeps the object's election from
+// running at all, so no RBAC can matter to it: the election off, or no account to run it as.
+func (d *Decision) electionCannotRun() bool {
+	return slices.ContainsFunc(d.Unmet, func(u Unmet) bool {
+		switch u.Reason {
+		case ReasonElectionDisabled, ReasonDefaultServiceAccount, ReasonServiceAccountMissing, ReasonNoToken:
+			return true
+		}
+		return false
+	})
 }
 
 // unverified reports whether a refusal says the guard could not judge, rather than what is unmet.

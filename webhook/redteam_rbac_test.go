@@ -231,3 +231,74 @@ func TestRBACReviewAfterTheWebhooksClusterRoleWasNarrowed(t *testing.T) {
 		})
 	}
 }
+
+// Under a lease guard that admits the writer by its grant of ehdb-elect, a grant can disarm as a
+// removal does: an account that comes to hold every verb on leases is refused by the guard. And a
+// writer that fails already, for a state that can be put right, keeps what it still has. The
+// twenty-first red team widened a writer's Role to "*" (admitted: the overlay modelled only
+// removals), and in another run made a writer fail its lease guard with a cluster-admin binding,
+// then deleted its RoleBinding and the cluster-admin binding, both admitted as "already fails":
+// the writer ran armed with no lease RBAC at all. Each row marked refused was admitted before.
+func TestRBACChangesThatTheLeaseGuardWouldRefuse(t *testing.T) {
+	writer := sts(compliant()...)
+	electRule := rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", webhook.VerbElect}}
+	everything := rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}
+	chartRB := roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA))
+	debug := &rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"}, ObjectMeta: metav1.ObjectMeta{Name: "debug"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "everything"}, Subjects: []rbacv1.Subject{saSubject(wt.WriterSA)}}
+	withDebug := func(keepRB bool) func(*wt.Resolver) {
+		return func(c *wt.Resolver) {
+			c.ClusterRoles = append(c.ClusterRoles, rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "everything"}, Rules: []rbacv1.PolicyRule{everything}})
+			c.ClusterRoleBindings = append(c.ClusterRoleBindings, *debug)
+			c.Grant(ns, wt.WriterSA, ns, webhook.VerbWildcardProbe)
+			if !keepRB {
+				c.RoleBindings = nil
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		cluster func(*wt.Resolver)
+		review  func(*testing.T) []byte
+		allowed bool
+		msg     string
+	}{
+		{"the writer's Role widened to every verb on leases", nil, func(t *testing.T) []byte {
+			wide := mkRole(chartRole, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}})
+			return rbacReview(t, admissionv1.Update, roleKind, chartRole, wide, mkRole(chartRole, electRule))
+		}, false, "lease guard"},
+		{"failing its lease guard, its last lease binding deleted", withDebug(false), func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Delete, crbKind, debug.Name, nil, debug)
+		}, false, "may not get, create, update"},
+		{"failing its lease guard, the extra grant deleted: put right", withDebug(true), func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Delete, crbKind, debug.Name, nil, debug)
+		}, true, ""},
+		{"failing its lease guard, a binding it does not need deleted", withDebug(true), func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Delete, rbKind, chartRole, nil, chartRB)
+		}, true, ""},
+		{"the writer's Role given one more rule", nil, func(t *testing.T) []byte {
+			more := mkRole(chartRole, electRule, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})
+			return rbacReview(t, admissionv1.Update, roleKind, chartRole, more, mkRole(chartRole, electRule))
+		}, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := rbacCluster()
+			cluster.Roles = []rbacv1.Role{*mkRole(chartRole, electRule)}
+			cluster.Grant(ns, wt.WriterSA, ns, webhook.VerbElect)
+			cluster.LeaseGuards = map[string]webhook.LeaseGuardFact{ns: {Name: "ehdb-election-lease-guard", Verb: webhook.VerbElect}}
+			if tc.cluster != nil {
+				tc.cluster(cluster)
+			}
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, writer), Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", tc.review(t))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Errorf("the refusal does not say %q:\n%s", tc.msg, out.Response.Result.Message)
+			}
+		})
+	}
+}

@@ -137,7 +137,7 @@ func (d *Decision) checkElsewhere(c *RBACChange, f *Facts, p Policy, w *Workload
 			d.unmet(ReasonCouldNotVerify, fmt.Sprintf("%s: %s, and what %s takes from ServiceAccount %s could not be told: %v.", v.label(), why, c, sa, err), "retry.")
 		case taken != "":
 			d.unmet(ReasonServiceAccountUnbound, fmt.Sprintf("%s: %s, and %s, which its election may be using.", v.label(), why, taken),
-				"restart it (a rollout), a minute or more after the change, then retry.")
+				"as the problem says, then retry.")
 		default:
 			continue
 		}

@@ -259,6 +259,8 @@ func TestRBACChangesJudgeWhereTheRunningProcessElects(t *testing.T) {
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "list", "watch"}},
 		}
 	}
+	byLabel := sts(append(compliant(), onLinux, envVar(corev1.EnvVar{Name: "NOETL_EHDB_ELECTION_SHARD", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['apps.kubernetes.io/pod-index']"}}}))...)
 	byName := mkRole(chartRole, leaseRules(electionenv.LeaseName(0), electionenv.LeaseName(1))...)
 	narrowed := mkRole(chartRole, leaseRules(electionenv.LeaseName(1))...)
 	narrow := func(t *testing.T) []byte {
@@ -283,13 +285,18 @@ func TestRBACChangesJudgeWhereTheRunningProcessElects(t *testing.T) {
 		review  func(*testing.T) []byte
 		cluster func(*wt.Resolver)
 		allowed bool
+		msg     []string // nil: the ConfigMap's
 	}{
-		{"the namespace key moved after it started", running(byKey), changedAfter, deleteBinding, nil, false},
-		{"the namespace moved by its envFrom ConfigMap", running(byEnvFrom), changedAfter, deleteBinding, nil, false},
-		{"the namespace moved through a $(reference)", running(byReference), changedAfter, deleteBinding, nil, false},
-		{"the shard moved, and its old Lease narrowed away by name", running(byShard), changedAfter, narrow, byNameCluster, false},
-		{"restarted since the move", running(byKey), changedBefore, deleteBinding, nil, true},
-		{"the shard moved, and the Role widened: nothing taken", running(byShard), changedAfter, widen, byNameCluster, true},
+		{"the namespace key moved after it started", running(byKey), changedAfter, deleteBinding, nil, false, nil},
+		{"the namespace moved by its envFrom ConfigMap", running(byEnvFrom), changedAfter, deleteBinding, nil, false, nil},
+		{"the namespace moved through a $(reference)", running(byReference), changedAfter, deleteBinding, nil, false, nil},
+		{"the shard moved, and its old Lease narrowed away by name", running(byShard), changedAfter, narrow, byNameCluster, false, nil},
+		{"restarted since the move", running(byKey), changedBefore, deleteBinding, nil, true, nil},
+		{"the shard moved, and the Role widened: nothing taken", running(byShard), changedAfter, widen, byNameCluster, true, nil},
+		// The twenty-first red team: a shard from the pod-index label was refused with "restart
+		// it", which dates nothing a label holds; the way out is the removal order.
+		{"the shard from a label, its Lease narrowed away by name", running(byLabel), nil, narrow, byNameCluster, false,
+			[]string{"NOETL_EHDB_ELECTION_SHARD as its process read it at its start cannot be known", "labels or annotations", "set NOETL_EHDB_FENCING=shadow and roll it out before this change"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := rbacCluster()
@@ -310,7 +317,11 @@ func TestRBACChangesJudgeWhereTheRunningProcessElects(t *testing.T) {
 				t.Log(out.Response.Result.Message)
 			}
 			if !tc.allowed {
-				for _, m := range []string{"as its process read it at its start cannot be known", `ConfigMap "election" changed at`, "restart it"} {
+				msg := tc.msg
+				if msg == nil {
+					msg = []string{"as its process read it at its start cannot be known", `ConfigMap "election" changed at`, "restart it"}
+				}
+				for _, m := range msg {
 					if !strings.Contains(out.Response.Result.Message, m) {
 						t.Errorf("the refusal does not say %q:\n%s", m, out.Response.Result.Message)
 					}

@@ -239,22 +239,32 @@ func electsElsewhere(w *Workload, v *containerView, cms ConfigMapSource, f *Fact
 		}
 		return cms(name)
 	}
-	pod := w.Pod
-	if meta {
-		pod.sinceStart = "the Pod's labels and annotations can change under a running process with no record to date them by"
+	// moved names the first coordinate that differs when env is resolved again over pod.
+	moved := func(pod *PodContext) string {
+		run := resolveEnv(v.c, pod, src, budget)
+		for _, name := range electionCoordinates {
+			was, wasSet := run.Lookup(name)
+			is, isSet := v.env.Lookup(name)
+			if wasSet != isSet || was.Known() != is.Known() || was.Text != is.Text || was.PerOrdinal != is.PerOrdinal {
+				return name
+			}
+		}
+		return ""
 	}
-	run := resolveEnv(v.c, &pod, src, budget)
-	for _, name := range electionCoordinates {
-		was, wasSet := run.Lookup(name)
-		is, isSet := v.env.Lookup(name)
-		if wasSet == isSet && was.Known() == is.Known() && was.Text == is.Text && was.PerOrdinal == is.PerOrdinal {
-			continue
+	if len(order) > 0 {
+		if name := moved(&w.Pod); name != "" {
+			return fmt.Sprintf("%s as its process read it at its start cannot be known (%s, and %s; a process keeps the environment of its start: restart it, a minute or more after the change, to have it read the current one)", name, started, changed[order[0]])
 		}
-		why := "its labels or annotations, which can change under it with no record to date them by"
-		if len(order) > 0 {
-			why = changed[order[0]]
+	}
+	if meta {
+		pod := w.Pod
+		pod.sinceStart = "the Pod's labels and annotations can change under a running process with no record to date them by"
+		if name := moved(&pod); name != "" {
+			// No restart dates a label: the way out is the removal order, or a source that can be
+			// dated (the red team's pod-index label was refused for as long as the writer ran armed,
+			// and the refusal said to restart it).
+			return fmt.Sprintf("%s as its process read it at its start cannot be known (%s, and it reads it from the Pod's labels or annotations, which can change under it with no record to date them by; set %s=shadow and roll it out before this change, or have it read %s from HOSTNAME, a literal or a ConfigMap)", name, started, EnvFencing, name)
 		}
-		return fmt.Sprintf("%s as its process read it at its start cannot be known (%s, and %s; a process keeps the environment of its start: restart it, a minute or more after the change, to have it read the current one)", name, started, why)
 	}
 	return ""
 }

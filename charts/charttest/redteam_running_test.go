@@ -211,3 +211,56 @@ func answerOnce(within time.Duration, settled func(error) bool, ask func(context
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestRedTeamGrantThatTheLeaseGuardRefuses: the chart's lease guard admits the Lease writes of a
+// namespace's account that holds ehdb-elect, unless it holds every verb on leases. So widening a
+// running armed writer's Role to "*" stops its renewals as surely as deleting it: refused (the
+// twenty-first red team's Role update was admitted, and its Lease writes refused from then on).
+func TestRedTeamGrantThatTheLeaseGuardRefuses(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	cs := rt.cs
+	rt.liveShard0(t)
+	const account = "second-writer"
+	leases := func(verbs ...string) []rbacv1.PolicyRule {
+		return []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: verbs}}
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(rt.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role, err := cs.RbacV1().Roles(rt.ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: account},
+		Rules: leases("get", "list", "watch", "create", "update", webhook.VerbElect)}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(rt.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: account},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: account},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	spec := rt.writer("w", wt.ServiceAccount(account), wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0")).Spec.Template.Spec
+	spec.NodeName = "node-1"
+	var p *corev1.Pod
+	err = answerOnce(10*time.Second, func(err error) bool { return err == nil }, func(ctx context.Context) error {
+		var err error
+		p, err = cs.CoreV1().Pods(rt.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w-0"}, Spec: spec}, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the armed writer as %s: %v", account, err)
+	}
+	reportStarted(t, rt, p.Name, &spec.Containers[0], time.Now())
+
+	wide := role.DeepCopy()
+	wide.Rules = leases("*")
+	err = answerOnce(10*time.Second, func(err error) bool { return err != nil }, func(ctx context.Context) error {
+		_, err := cs.RbacV1().Roles(rt.ns).Update(ctx, wide, dryUpdate)
+		return err
+	})
+	disarmRefused(t, "the running writer's Role widened to every verb on leases", err, "Pod "+rt.ns+"/w-0", "lease guard")
+
+	more := role.DeepCopy()
+	more.Rules = append(more.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})
+	_, err = cs.RbacV1().Roles(rt.ns).Update(ctx, more, dryUpdate)
+	admitted(t, "the running writer's Role given a rule that is not about leases", err)
+}

@@ -12,9 +12,9 @@ import (
 // Without it the guard cannot read ServiceAccounts, ConfigMaps or Leases, so every armed Pod is
 // "could not verify" and fails open (the final red team deleted the webhook's RoleBinding and
 // every armed bare Pod was admitted). So while the webhook serves, a change that removes its own
-// ServiceAccount from a binding of a role that grants one of the reads it verifies writers with
-// (selfNeeds), deletes that ServiceAccount (or turns its token off), or takes one of those reads
-// from a role bound to it is refused. Other
+// ServiceAccount from a binding (a group it is in, from a binding of a role that grants one of the
+// reads it verifies writers with, selfNeeds), deletes that ServiceAccount (or turns its token off),
+// or takes one of those reads from a role bound to it is refused. Other
 // rules of its roles may change: a rollback to an older chart narrows them, and that chart's
 // webhook replaces this one. `helm uninstall` of the webhook's release is not held: its
 // pre-delete hook removes the webhook configuration first.
@@ -70,13 +70,18 @@ func (c *RBACChange) takesFromSelf(f *Facts, self types.NamespacedName, accounts
 			return "it takes the webhook's own ServiceAccount (or its token) away"
 		}
 	case c.isBinding():
-		// A binding matters when the role it binds may grant one of the reads, or cannot be read:
-		// a group every account is in unbound from a role that grants none (a namespace's "view"
-		// for all ServiceAccounts) takes nothing from the guard.
-		if slices.ContainsFunc(c.removedSubjects(), func(s rbacv1.Subject) bool {
-			sel, ok := selectorOf(s, c.Namespace)
-			return ok && is(sel)
-		}) && c.boundRoleMayGrantSelf(f) {
+		// Its account named, whatever role it binds: the guard's own bindings are what give it
+		// its reads and its serving certificate's Secret. A group it is in only when the role
+		// may grant one of the reads (or cannot be read): a namespace's "view" for every
+		// ServiceAccount unbound takes nothing from the guard.
+		byName, byGroup := false, false
+		for _, s := range c.removedSubjects() {
+			if sel, ok := selectorOf(s, c.Namespace); ok && is(sel) {
+				byName = byName || sel.Name != ""
+				byGroup = byGroup || sel.Name == ""
+			}
+		}
+		if byName || (byGroup && c.boundRoleMayGrantSelf(f)) {
 			return "it unbinds the webhook's own ServiceAccount"
 		}
 	case c.isRole():

@@ -266,6 +266,9 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 		{"every account's group unbound from its Role", true, admissionv1.Delete, rbKind, "all-accounts-guard", nil, allAccounts("all-accounts-guard", guardRole.Name), false},
 		{"every account's group unbound from a role it verifies nothing with", true, admissionv1.Delete, rbKind, "all-accounts-pods", nil, allAccounts("all-accounts-pods", podReader.Name), true},
 		{"a binding of a role that does not exist", true, admissionv1.Delete, rbKind, "all-accounts-gone", nil, allAccounts("all-accounts-gone", "gone"), true},
+		// By name, whatever role it binds: the chart's binding of its certificate Secret's Role
+		// (CI run 56 caught an earlier version of the group rule admitting its deletion).
+		{"its own binding of a role it verifies nothing with", true, admissionv1.Delete, rbKind, "its-secrets", nil, roleBinding("its-secrets", "Role", podReader.Name, self), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -66,6 +66,13 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 	if what := change.takesFromSelf(facts, h.Self, accounts); what != "" {
 		return deny(ReasonGuardAccess, selfMessage(change, h.Self, what))
 	}
+	if what := change.takesOwnerReads(h.Self, accounts); what != "" {
+		if f := h.Resolver.Resolve(ctx, Query{ClusterRoles: true}); olderRole(f, change) == "" {
+			return deny(ReasonGuardAccess, selfMessage(change, h.Self, what))
+		}
+		// A rollback to an older chart, which granted fewer of them, narrowing this Role after
+		// the webhook's ClusterRole: judged on as any other change.
+	}
 	users, err := h.armableUsers(accounts...)
 	if err != nil {
 		return couldNotVerify(fmt.Sprintf("ehdb-election guard: could not tell which workloads run as the accounts %s touches: %v", change, err))

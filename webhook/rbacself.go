@@ -30,6 +30,25 @@ var selfNeeds = []struct{ group, resource, verb string }{
 	{"authorization.k8s.io", "subjectaccessreviews", "create"},
 }
 
+// selfOwnerReads are the reads the guard verifies a Pod's owners with (watches.Owner, the
+// ControllerRevision of a StatefulSet's rollout): without them a Pod that names an owner is
+// "could not verify" and fails open, so its order check is skipped (the twenty-second red team,
+// as a namespace admin, took the apps reads from the webhook's Role in its namespace and had an
+// armed Pod that named a ReplicaSet running no pods admitted on a shard with no Lease). Older
+// charts granted fewer of them, so they are kept only in namespaced roles (a namespace's admins
+// reach those) and only while the webhook's ClusterRole is this version's (a rollback narrows it
+// first: olderRole).
+var selfOwnerReads = func() []struct{ group, resource, verb string } {
+	var out []struct{ group, resource, verb string }
+	for _, k := range []struct{ group, resource string }{{"apps", "statefulsets"}, {"apps", "deployments"}, {"apps", "daemonsets"}, {"apps", "replicasets"},
+		{"batch", "jobs"}, {"batch", "cronjobs"}, {"", "replicationcontrollers"}, {"", "pods"}} {
+		for _, v := range []string{"get", "list", "watch"} {
+			out = append(out, struct{ group, resource, verb string }{k.group, k.resource, v})
+		}
+	}
+	return append(out, struct{ group, resource, verb string }{"apps", "controllerrevisions", "get"})
+}()
+
 // grantsAll reports whether rules grant verb on every resource of its kind (no resourceNames).
 func grantsAll(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
 	has := func(list []string, v string) bool { return slices.Contains(list, v) || slices.Contains(list, "*") }
@@ -45,9 +64,9 @@ func grantsAnySelfNeed(rules []rbacv1.PolicyRule) bool {
 	})
 }
 
-// takesNeeds reports whether going from old to now (nil: deleted) loses one of selfNeeds.
-func takesNeeds(old, now []rbacv1.PolicyRule, deleted bool) bool {
-	for _, n := range selfNeeds {
+// takesNeeds reports whether going from old to now (deleted: nothing) loses one of needs.
+func takesNeeds(needs []struct{ group, resource, verb string }, old, now []rbacv1.PolicyRule, deleted bool) bool {
+	for _, n := range needs {
 		if grantsAll(old, n.group, n.resource, n.verb) && (deleted || !grantsAll(now, n.group, n.resource, n.verb)) {
 			return true
 		}
@@ -85,11 +104,26 @@ func (c *RBACChange) takesFromSelf(f *Facts, self types.NamespacedName, accounts
 			return "it unbinds the webhook's own ServiceAccount"
 		}
 	case c.isRole():
-		if slices.ContainsFunc(accounts, is) && takesNeeds(c.OldRules, c.NewRules, c.Deleted) {
+		if slices.ContainsFunc(accounts, is) && takesNeeds(selfNeeds, c.OldRules, c.NewRules, c.Deleted) {
 			return "it takes reads the guard verifies writers with from a role bound to the webhook's own ServiceAccount"
 		}
 	}
 	return ""
+}
+
+// takesOwnerReads says what a change of a namespaced role bound to the webhook's own account takes
+// of selfOwnerReads ("" for nothing); handleRBAC refuses it unless the webhook's ClusterRole is
+// already an older chart's.
+func (c *RBACChange) takesOwnerReads(self types.NamespacedName, accounts []AccountSelector) string {
+	if self.Name == "" || !c.isRole() || c.Namespace == "" {
+		return ""
+	}
+	if !slices.ContainsFunc(accounts, func(sel AccountSelector) bool {
+		return (sel.Namespace == "" || sel.Namespace == self.Namespace) && (sel.Name == "" || sel.Name == self.Name)
+	}) || !takesNeeds(selfOwnerReads, c.OldRules, c.NewRules, c.Deleted) {
+		return ""
+	}
+	return "it takes the reads the guard verifies Pods' owners with (apps, batch, pods, replicationcontrollers) from a role bound to the webhook's own ServiceAccount; without them an armed Pod that names an owner fails open"
 }
 
 // boundRoleMayGrantSelf reports whether the role the binding under change names may grant one of

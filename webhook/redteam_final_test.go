@@ -232,6 +232,7 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 	clusterRole := func(rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
 		return &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook"}, Rules: rules}
 	}
+	appsReads := rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Verbs: []string{"get", "list", "watch"}}
 	podReader := mkRole("pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})
 	allAccounts := func(name, role string) *rbacv1.RoleBinding {
 		return roleBinding(name, "Role", role, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts"})
@@ -256,7 +257,11 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 		{"its ClusterRole loses SubjectAccessReviews", true, admissionv1.Update, crKind, "ehdb-election-webhook", clusterRole(vwcRule), clusterRole(sar, vwcRule), false},
 		{"its ClusterRole loses another rule", true, admissionv1.Update, crKind, "ehdb-election-webhook", clusterRole(sar), clusterRole(sar, vwcRule), true},
 		{"its Role loses a rule it verifies no writer with (a rollback to an older chart)", true, admissionv1.Update, roleKind, guardRole.Name,
-			guardRole, mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})...), true},
+			guardRole, mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})...), true},
+		// The twenty-second red team took the apps reads from the webhook's Role: an armed Pod
+		// naming a ReplicaSet then failed open past the order check.
+		{"its Role loses the reads it verifies owners with", true, admissionv1.Update, roleKind, guardRole.Name,
+			guardRole, mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), appsReads)...), false},
 		{"its Role given one more rule", true, admissionv1.Update, roleKind, guardRole.Name,
 			mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})...), guardRole, true},
 		{"a subject added to its RoleBinding", true, admissionv1.Update, rbKind, guardRB.Name, roleBinding(guardRB.Name, "Role", guardRole.Name, self, saSubject("more")), guardRB, true},
@@ -464,5 +469,40 @@ func TestAServiceNamedKubernetesIsRefused(t *testing.T) {
 		if out.Response == nil || out.Response.Allowed != allowed {
 			t.Errorf("Service %s: %s; want allowed=%v", name, raw, allowed)
 		}
+	}
+}
+
+// The reads the guard verifies owners with are kept in its namespaced Role, except in a rollback:
+// an older chart granted fewer of them, and Helm narrows the webhook's ClusterRole (which only a
+// cluster-level actor can) before its Roles.
+func TestTheGuardsOwnerReadsYieldToARollback(t *testing.T) {
+	self := saSubject("ehdb-election-webhook")
+	reads := rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}}
+	cm := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps", "serviceaccounts"}, Verbs: []string{"get"}}
+	apps := rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Verbs: []string{"get", "list", "watch"}}
+	older := rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets"}, Verbs: []string{"get", "list", "watch"}}
+	guard := mkRole("ehdb-election-webhook-guard", reads, cm, apps)
+	for _, tc := range []struct {
+		name    string
+		unread  string
+		allowed bool
+	}{
+		{"the ClusterRole this version's: refused", "", false},
+		{"the ClusterRole an older chart's (a rollback): admitted", "this webhook may not list ClusterRoles (its ClusterRole is an older chart's?)", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := rbacCluster()
+			cluster.Roles = append(cluster.Roles, *guard)
+			cluster.RoleBindings = append(cluster.RoleBindings, *roleBinding(guard.Name, "Role", guard.Name, self))
+			cluster.ClusterRolesUnread = tc.unread
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, sts(compliant()...)), Clock: clocktesting.NewFakePassiveClock(now)}
+			h.Self.Namespace, h.Self.Name = ns, self.Name
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, admissionv1.Update, roleKind, guard.Name, mkRole(guard.Name, reads, cm, older), guard))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+		})
 	}
 }

@@ -389,7 +389,8 @@ func (c *RBACChange) needsTaken(f *Facts, b *queryBuilder, sa types.NamespacedNa
 const maxNamedLeases = 64
 
 // takenFrom says what lease access of sa the change takes in any of namespaces, namespace-wide or
-// on a Lease the rules it changes name, or "". For a running process whose election may run
+// on a Lease the rules it changes name, or what it grants there that the lease guard refuses (every
+// verb), or "". For a running process whose election may run
 // elsewhere than the guard resolves now (electsElsewhere), every Lease its account reaches may be
 // the one it holds, so nothing may be taken from the account while it runs.
 func (c *RBACChange) takenFrom(f *Facts, sa types.NamespacedName, namespaces []string) (string, error) {
@@ -423,14 +424,29 @@ func (c *RBACChange) takenFrom(f *Facts, sa types.NamespacedName, namespaces []s
 				}
 			}
 		}
+		if !slices.Contains(verbs, VerbElect) {
+			continue
+		}
+		// Where a lease guard admits the account by its grant, a grant of every verb disarms it
+		// as a removal does (apply): on any Lease the process may hold (the twenty-second red team
+		// widened the Role of shard 0's Lease, by name, under a process a moved key said was on 1).
+		for _, n := range append([]string{""}, names...) {
+			switch gained, err := c.gained(f, AccessCheck{ServiceAccount: sa, Namespace: ns, Verb: VerbWildcardProbe, Name: n}); {
+			case err != nil:
+				return "", err
+			case gained:
+				return fmt.Sprintf("%s grants ServiceAccount %s every verb on leases in %s, and the lease guard there refuses such an account's Lease writes", c.describe(), sa, ns), nil
+			}
+		}
 	}
 	return "", nil
 }
 
 // namedLeases are the Lease names the rules the change can alter restrict lease verbs to: the
-// changed role's, the bound role's, and those of the roles the aggregation controller rewrites.
+// changed role's (before and after), the bound role's, and those of the roles the aggregation
+// controller rewrites.
 func (c *RBACChange) namedLeases(f *Facts) ([]string, error) {
-	rules := slices.Clone(c.OldRules)
+	rules := append(slices.Clone(c.OldRules), c.NewRules...)
 	if k, ok := c.boundRole(); ok {
 		r, ok := f.Roles[k]
 		switch {

@@ -270,7 +270,15 @@ func TestRBACChangesJudgeWhereTheRunningProcessElects(t *testing.T) {
 	widen := func(t *testing.T) []byte {
 		return rbacReview(t, admissionv1.Update, roleKind, chartRole, widened, byName)
 	}
-	byNameCluster := func(c *wt.Resolver) {
+	starred := mkRole(chartRole, append(leaseRules(electionenv.LeaseName(0), electionenv.LeaseName(1)),
+		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}, ResourceNames: []string{electionenv.LeaseName(0)}})...)
+	starOld := func(t *testing.T) []byte { return rbacReview(t, admissionv1.Update, roleKind, chartRole, starred, byName) }
+	var byNameCluster func(c *wt.Resolver)
+	guardedByName := func(c *wt.Resolver) {
+		byNameCluster(c)
+		c.LeaseGuards = map[string]webhook.LeaseGuardFact{ns: {Name: "ehdb-election-lease-guard", Verb: webhook.VerbElect}}
+	}
+	byNameCluster = func(c *wt.Resolver) {
 		c.Roles = []rbacv1.Role{*byName}
 		c.Allowed = nil
 		c.Grant(ns, wt.WriterSA, ns, "create", "list", "watch")
@@ -293,6 +301,10 @@ func TestRBACChangesJudgeWhereTheRunningProcessElects(t *testing.T) {
 		{"the shard moved, and its old Lease narrowed away by name", running(byShard), changedAfter, narrow, byNameCluster, false, nil},
 		{"restarted since the move", running(byKey), changedBefore, deleteBinding, nil, true, nil},
 		{"the shard moved, and the Role widened: nothing taken", running(byShard), changedAfter, widen, byNameCluster, true, nil},
+		// The twenty-second red team: every verb granted on the old shard's Lease, by name, which
+		// the lease guard refuses an account for.
+		{"the shard moved, and its old Lease granted every verb", running(byShard), changedAfter, starOld, guardedByName, false,
+			[]string{"NOETL_EHDB_ELECTION_SHARD as its process read it at its start cannot be known", "grants ServiceAccount noetl/noetl-cmdbus-writer every verb on leases in noetl"}},
 		// The twenty-first red team: a shard from the pod-index label was refused with "restart
 		// it", which dates nothing a label holds; the way out is the removal order.
 		{"the shard from a label, its Lease narrowed away by name", running(byLabel), nil, narrow, byNameCluster, false,

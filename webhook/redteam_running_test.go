@@ -272,7 +272,9 @@ func TestRBACChangesJudgeWhereTheRunningProcessElects(t *testing.T) {
 	}
 	starred := mkRole(chartRole, append(leaseRules(electionenv.LeaseName(0), electionenv.LeaseName(1)),
 		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}, ResourceNames: []string{electionenv.LeaseName(0)}})...)
-	starOld := func(t *testing.T) []byte { return rbacReview(t, admissionv1.Update, roleKind, chartRole, starred, byName) }
+	starOld := func(t *testing.T) []byte {
+		return rbacReview(t, admissionv1.Update, roleKind, chartRole, starred, byName)
+	}
 	var byNameCluster func(c *wt.Resolver)
 	guardedByName := func(c *wt.Resolver) {
 		byNameCluster(c)

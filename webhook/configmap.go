@@ -314,7 +314,7 @@ func readsKeyOf(w *Workload, name string, keys []string) bool {
 }
 
 // unrecordedChange refuses a change of a ConfigMap that a running container reads a key of that
-// matters, when the change leaves no record the RBAC review could date it by (started.go), or
+// the running-process rule judges (readByTheRunningRule), when the change leaves no record the RBAC review could date it by (started.go), or
 // returns "": a key removed, or the whole ConfigMap deleted (a removal stamps no managedFields
 // time), or managedFields rewritten so that the record of its last change goes back or vanishes
 // (an update may send them; the eighteenth red team dropped the entry of its enforce -> shadow edit
@@ -345,13 +345,13 @@ func unrecordedChange(req Request, old, now *corev1.ConfigMap, readers []*Worklo
 		if w.RunningSince.IsZero() {
 			continue
 		}
-		matters := func(keys []string) bool { return readsKeyOf(w, old.Name, keys) }
+		matters := func(keys []string) bool { return readByTheRunningRule(w, old.Name, keys) }
 		switch {
 		case matters(removed) && now == nil:
-			return fmt.Sprintf("ehdb-election guard: refusing to delete ConfigMap %s/%s while %s %s/%s, which runs, reads it: a process keeps what it read at its start, and a delete leaves no record of when, so the guard could no longer tell that it still holds it. Set the values it reads to what they should be (NOETL_EHDB_FENCING=shadow), restart it, then delete the ConfigMap.",
+			return fmt.Sprintf("ehdb-election guard: refusing to delete ConfigMap %s/%s while %s %s/%s, which runs, reads it: a process keeps what it read at its start, and a delete leaves no record of when, so the guard could no longer tell that it still holds it. Set the values it reads to what they should be (NOETL_EHDB_FENCING=shadow); the ConfigMap can be deleted once nothing that reads it runs.",
 				req.Namespace, old.Name, w.Kind, w.Namespace, w.Name)
 		case matters(removed):
-			return fmt.Sprintf("ehdb-election guard: refusing to remove keys of ConfigMap %s/%s that %s %s/%s, which runs, reads: a process keeps what it read at its start, and a removal leaves no record of when, so the guard could no longer tell that it still holds it. Set the value instead (NOETL_EHDB_FENCING=shadow), restart it, then remove the key.",
+			return fmt.Sprintf("ehdb-election guard: refusing to remove keys of ConfigMap %s/%s that %s %s/%s, which runs, reads: a process keeps what it read at its start, and a removal leaves no record of when, so the guard could no longer tell that it still holds it. Set the value instead (NOETL_EHDB_FENCING=shadow); a key it reads can be removed once nothing that reads it runs.",
 				req.Namespace, old.Name, w.Kind, w.Namespace, w.Name)
 		case back && matters(slices.Collect(maps.Keys(old.Data))):
 			return fmt.Sprintf("ehdb-election guard: refusing to move back the record of ConfigMap %s/%s's last change (its managedFields times) while %s %s/%s, which runs, reads it: the guard dates what a running process read by it.",

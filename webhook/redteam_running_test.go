@@ -200,6 +200,10 @@ func TestConfigMapChangesUnderARunningReaderLeaveARecord(t *testing.T) {
 
 		{"set to shadow: dated", running, admissionv1.Update, cm(map[string]string{"NOETL_EHDB_FENCING": "shadow", "LOG_LEVEL": "info"}, created, edited), cm(armed, created), true, ""},
 		{"a key that does not matter removed", running, admissionv1.Update, cm(map[string]string{"NOETL_EHDB_FENCING": "enforce"}, created), cm(armed, created), true, ""},
+		// The twenty-second red team: the lease duration's key could never be removed under a
+		// running reader, restart or not; the RBAC review never dates it.
+		{"a key the running rule does not judge removed", running, admissionv1.Update, cm(armed, created),
+			cm(map[string]string{"NOETL_EHDB_FENCING": "enforce", "LOG_LEVEL": "info", "NOETL_EHDB_ELECTION_LEASE_SECS": "30"}, created), true, ""},
 		{"the fencing key removed while the reader is reported waiting", waiting, admissionv1.Update, cm(map[string]string{"LOG_LEVEL": "info"}, created), cm(armed, created), false, "refusing to remove keys"},
 		{"the fencing key removed while no reader runs", reader, admissionv1.Update, cm(map[string]string{"LOG_LEVEL": "info"}, created), cm(armed, created), true, ""},
 	} {

@@ -269,6 +269,41 @@ func electsElsewhere(w *Workload, v *containerView, cms ConfigMapSource, f *Fact
 	return ""
 }
 
+// readByTheRunningRule reports whether a key of ConfigMap name can reach, in a container of w,
+// what the running-process rule judges: the fencing switch or an election coordinate (up to
+// case), directly or through a $(reference) of theirs. Other keys (the lease duration, say) can be
+// removed under a running reader: the RBAC review never dates them.
+func readByTheRunningRule(w *Workload, name string, keys []string) bool {
+	judged := append([]string{EnvFencing}, electionCoordinates...)
+	for _, c := range containerSources(w) {
+		names := map[string]bool{}
+		for _, e := range c.env {
+			if slices.ContainsFunc(judged, func(j string) bool { return mayBeName(e.Name, j) }) {
+				names[strings.ToUpper(e.Name)] = true
+				for _, ref := range references(e.Value) {
+					names[strings.ToUpper(ref)] = true
+				}
+			}
+		}
+		for _, j := range judged {
+			names[j] = true
+		}
+		for _, key := range keys {
+			for _, from := range c.envFrom {
+				if from.ConfigMapRef != nil && from.ConfigMapRef.Name == name && names[strings.ToUpper(from.Prefix+key)] {
+					return true
+				}
+			}
+			for _, e := range c.env {
+				if r := e.ValueFrom; e.Value == "" && r != nil && r.ConfigMapKeyRef != nil && r.ConfigMapKeyRef.Name == name && r.ConfigMapKeyRef.Key == key && names[strings.ToUpper(e.Name)] {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // readsPodMetadata reports whether an env entry of c reads the Pod's labels or annotations.
 func readsPodMetadata(c *corev1.Container) bool {
 	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return fromPodMetadata(&e) })

@@ -119,6 +119,13 @@ func rulesMayGrantLeases(rules []rbacv1.PolicyRule) bool {
 	return false
 }
 
+// rulesGrantLeaseWildcard reports whether rules grant every verb on coordination.k8s.io leases.
+func rulesGrantLeaseWildcard(rules []rbacv1.PolicyRule) bool {
+	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
+		return matchesAny(r.APIGroups, rbacv1.APIGroupAll, "coordination.k8s.io") && matchesAny(r.Resources, rbacv1.ResourceAll, "leases") && slices.Contains(r.Verbs, rbacv1.VerbAll)
+	})
+}
+
 // RBACView is the RBAC state the authorizer reads for one question: the ClusterRoleBindings, the
 // RoleBindings of the namespaces asked about, and the roles they name. A lookup that failed is
 // kept as its error.

@@ -554,9 +554,11 @@ func (c *RBACChange) changes(k RoleKey) bool {
 }
 
 // roleMayMatter reports whether the role the change edits may grant what a writer's election
-// needs (a lease verb) or what the guard itself verifies writers with (selfNeeds, rbacself.go).
+// needs (a lease verb) or what the guard itself verifies writers with (selfNeeds, rbacself.go), or
+// comes to grant every verb on leases, which the lease guard refuses an account for (the
+// twenty-second red team widened a role that granted only configmaps to leases "*").
 func (c *RBACChange) roleMayMatter() bool {
-	return rulesMayGrantLeases(c.OldRules) || (c.guardsSelf && grantsAnySelfNeed(c.OldRules))
+	return rulesMayGrantLeases(c.OldRules) || (c.guardsSelf && grantsAnySelfNeed(c.OldRules)) || rulesGrantLeaseWildcard(c.NewRules)
 }
 
 // AffectedNeeds is the lookup that tells which accounts the change can touch: the role a binding

@@ -263,4 +263,23 @@ func TestRedTeamGrantThatTheLeaseGuardRefuses(t *testing.T) {
 	more.Rules = append(more.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})
 	_, err = cs.RbacV1().Roles(rt.ns).Update(ctx, more, dryUpdate)
 	admitted(t, "the running writer's Role given a rule that is not about leases", err)
+
+	// The twenty-second red team: a role bound to it that granted nothing on leases, widened to
+	// leases "*", was never sent to the webhook (its matchConditions looked at the old rules).
+	extra, err := cs.RbacV1().Roles(rt.ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: account + "-extra"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(rt.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: extra.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: extra.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	extra.Rules = append(extra.Rules, leases("*")...)
+	err = answerOnce(10*time.Second, func(err error) bool { return err != nil }, func(ctx context.Context) error {
+		_, err := cs.RbacV1().Roles(rt.ns).Update(ctx, extra, dryUpdate)
+		return err
+	})
+	disarmRefused(t, "a role of the running writer that granted nothing on leases widened to leases \"*\"", err, "Pod "+rt.ns+"/w-0", "lease guard")
 }

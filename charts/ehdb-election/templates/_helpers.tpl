@@ -320,6 +320,15 @@ update or ehdb-elect (the verb the lease guard admits writers by) on coordinatio
 {{- end }}
 
 {{/*
+ehdb-election.cel.rulesGrantLeaseWildcard: the rules of the object at the path given grant every verb
+on coordination.k8s.io leases (a "*" verb): the lease guard refuses such an account's Lease writes,
+so a role edit that grants it can disarm a writer as a removal does.
+*/}}
+{{- define "ehdb-election.cel.rulesGrantLeaseWildcard" -}}
+(has({{ . }}.rules) && {{ . }}.rules.exists(r, has(r.apiGroups) && r.apiGroups.exists(g, g == '*' || g == 'coordination.k8s.io') && has(r.resources) && r.resources.exists(x, x == '*' || x == 'leases') && has(r.verbs) && r.verbs.exists(v, v == '*')))
+{{- end }}
+
+{{/*
 ehdb-election.cel.webhooksOwnRole: the role is one of the webhook's own (its ClusterRole, its Role
 in the release namespace, its read Role in each guarded namespace): the webhook refuses an edit that
 takes the reads it verifies writers with, which grant no lease verb the condition above would see.

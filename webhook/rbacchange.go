@@ -499,6 +499,11 @@ type AccountSelector struct {
 	Namespace, Name string
 }
 
+// selects reports whether sel selects the account sa.
+func (sel AccountSelector) selects(sa types.NamespacedName) bool {
+	return (sel.Namespace == "" || sel.Namespace == sa.Namespace) && (sel.Name == "" || sel.Name == sa.Name)
+}
+
 // selectorOf is the ServiceAccounts a subject names, if any (RBAC's appliesToUser for the
 // identities of ServiceAccount tokens).
 func selectorOf(s rbacv1.Subject, bindingNamespace string) (AccountSelector, bool) {

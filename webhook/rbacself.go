@@ -80,9 +80,7 @@ func (c *RBACChange) takesFromSelf(f *Facts, self types.NamespacedName, accounts
 	if self.Name == "" {
 		return ""
 	}
-	is := func(sel AccountSelector) bool {
-		return (sel.Namespace == "" || sel.Namespace == self.Namespace) && (sel.Name == "" || sel.Name == self.Name)
-	}
+	is := func(sel AccountSelector) bool { return sel.selects(self) }
 	switch {
 	case c.Kind == gvkServiceAccount.Kind:
 		if c.Namespace == self.Namespace && c.Name == self.Name && slices.ContainsFunc(accounts, is) {
@@ -118,9 +116,8 @@ func (c *RBACChange) takesOwnerReads(self types.NamespacedName, accounts []Accou
 	if self.Name == "" || !c.isRole() || c.Namespace == "" {
 		return ""
 	}
-	if !slices.ContainsFunc(accounts, func(sel AccountSelector) bool {
-		return (sel.Namespace == "" || sel.Namespace == self.Namespace) && (sel.Name == "" || sel.Name == self.Name)
-	}) || !takesNeeds(selfOwnerReads, c.OldRules, c.NewRules, c.Deleted) {
+	if !slices.ContainsFunc(accounts, func(sel AccountSelector) bool { return sel.selects(self) }) ||
+		!takesNeeds(selfOwnerReads, c.OldRules, c.NewRules, c.Deleted) {
 		return ""
 	}
 	return "it takes the reads the guard verifies Pods' owners with (apps, batch, pods, replicationcontrollers) from a role bound to the webhook's own ServiceAccount; without them an armed Pod that names an owner fails open"

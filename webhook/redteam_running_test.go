@@ -172,6 +172,11 @@ func TestConfigMapChangesUnderARunningReaderLeaveARecord(t *testing.T) {
 	running.Spec.NodeName = "node-1"
 	running.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: wt.ContainerName,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(started)}}}}}
+	chained := running.DeepCopy()
+	chained.Spec.Containers[0].Env = append(chained.Spec.Containers[0].Env[:0:0], corev1.EnvVar{Name: "B", ValueFrom: &corev1.EnvVarSource{
+		ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "fence"}, Key: "b", Optional: ptr.To(true)}}},
+		corev1.EnvVar{Name: "A", Value: "$(B)"}, corev1.EnvVar{Name: "NOETL_EHDB_FENCING", Value: "$(A)"})
+	chained.Spec.Containers[0].Env = append(chained.Spec.Containers[0].Env, running.Spec.Containers[0].Env...)
 	waiting := running.DeepCopy()
 	waiting.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
 	entry := func(manager string, at time.Time) metav1.ManagedFieldsEntry {
@@ -200,6 +205,9 @@ func TestConfigMapChangesUnderARunningReaderLeaveARecord(t *testing.T) {
 
 		{"set to shadow: dated", running, admissionv1.Update, cm(map[string]string{"NOETL_EHDB_FENCING": "shadow", "LOG_LEVEL": "info"}, created, edited), cm(armed, created), true, ""},
 		{"a key that does not matter removed", running, admissionv1.Update, cm(map[string]string{"NOETL_EHDB_FENCING": "enforce"}, created), cm(armed, created), true, ""},
+		// The twenty-third red team: a key that reaches the switch through two references.
+		{"a key the switch reads through a chain of references removed", chained, admissionv1.Update, cm(map[string]string{"x": "1"}, created),
+			cm(map[string]string{"b": "enforce", "x": "1"}, created), false, "refusing to remove keys"},
 		// The twenty-second red team: the lease duration's key could never be removed under a
 		// running reader, restart or not; the RBAC review never dates it.
 		{"a key the running rule does not judge removed", running, admissionv1.Update, cm(armed, created),

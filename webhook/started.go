@@ -274,19 +274,26 @@ func electsElsewhere(w *Workload, v *containerView, cms ConfigMapSource, f *Fact
 // case), directly or through a $(reference) of theirs. Other keys (the lease duration, say) can be
 // removed under a running reader: the RBAC review never dates them.
 func readByTheRunningRule(w *Workload, name string, keys []string) bool {
-	judged := append([]string{EnvFencing}, electionCoordinates...)
 	for _, c := range containerSources(w) {
-		names := map[string]bool{}
-		for _, e := range c.env {
-			if slices.ContainsFunc(judged, func(j string) bool { return mayBeName(e.Name, j) }) {
-				names[strings.ToUpper(e.Name)] = true
+		// The judged names and, to a fixed point, every name a value of theirs refers to: the
+		// kubelet expands each value over the earlier ones, so B -> A="$(B)" -> the switch="$(A)"
+		// reads B (the twenty-third red team removed B's key under a running writer).
+		names := map[string]bool{strings.ToUpper(EnvFencing): true}
+		for _, j := range electionCoordinates {
+			names[strings.ToUpper(j)] = true
+		}
+		for grew := true; grew; {
+			grew = false
+			for _, e := range c.env {
+				if !names[strings.ToUpper(e.Name)] {
+					continue
+				}
 				for _, ref := range references(e.Value) {
-					names[strings.ToUpper(ref)] = true
+					if r := strings.ToUpper(ref); !names[r] {
+						names[r], grew = true, true
+					}
 				}
 			}
-		}
-		for _, j := range judged {
-			names[j] = true
 		}
 		for _, key := range keys {
 			for _, from := range c.envFrom {

@@ -31,17 +31,20 @@ var selfNeeds = []struct{ group, resource, verb string }{
 }
 
 // selfOwnerReads are the reads the guard verifies a Pod's owners with (watches.Owner, the
-// ControllerRevision of a StatefulSet's rollout): without them a Pod that names an owner is
+// ControllerRevision of a StatefulSet's rollout), and those it judges RBAC changes by (roles,
+// rolebindings, the ServiceAccounts' watch): without the first a Pod that names an owner is
 // "could not verify" and fails open, so its order check is skipped (the twenty-second red team,
 // as a namespace admin, took the apps reads from the webhook's Role in its namespace and had an
-// armed Pod that named a ReplicaSet running no pods admitted on a shard with no Lease). Older
-// charts granted fewer of them, so they are kept only in namespaced roles (a namespace's admins
-// reach those) and only while the webhook's ClusterRole is this version's (a rollback narrows it
-// first: olderRole).
+// armed Pod that named a ReplicaSet running no pods admitted on a shard with no Lease); without
+// the second every RBAC change there is refused, the one that would restore them too (the
+// twenty-third). Older charts granted fewer of them, so they are kept only in namespaced roles (a
+// namespace's admins reach those) and only while the webhook's ClusterRole is this version's (a
+// rollback narrows it first: olderRole).
 var selfOwnerReads = func() []struct{ group, resource, verb string } {
 	var out []struct{ group, resource, verb string }
 	for _, k := range []struct{ group, resource string }{{"apps", "statefulsets"}, {"apps", "deployments"}, {"apps", "daemonsets"}, {"apps", "replicasets"},
-		{"batch", "jobs"}, {"batch", "cronjobs"}, {"", "replicationcontrollers"}, {"", "pods"}} {
+		{"batch", "jobs"}, {"batch", "cronjobs"}, {"", "replicationcontrollers"}, {"", "pods"}, {"", "serviceaccounts"},
+		{"rbac.authorization.k8s.io", "roles"}, {"rbac.authorization.k8s.io", "rolebindings"}} {
 		for _, v := range []string{"get", "list", "watch"} {
 			out = append(out, struct{ group, resource, verb string }{k.group, k.resource, v})
 		}
@@ -87,10 +90,10 @@ func (c *RBACChange) takesFromSelf(f *Facts, self types.NamespacedName, accounts
 			return "it takes the webhook's own ServiceAccount (or its token) away"
 		}
 	case c.isBinding():
-		// Its account named, whatever role it binds: the guard's own bindings are what give it
-		// its reads and its serving certificate's Secret. A group it is in only when the role
-		// may grant one of the reads (or cannot be read): a namespace's "view" for every
-		// ServiceAccount unbound takes nothing from the guard.
+		// Its account named: when the role may grant one of its reads or its serving
+		// certificate's Secret (the chart's bindings do). A group it is in only when the role
+		// may grant one of the reads it verifies writers with: a namespace's "view" for every
+		// ServiceAccount unbound takes nothing from the guard. A role that cannot be read counts.
 		byName, byGroup := false, false
 		for _, s := range c.removedSubjects() {
 			if sel, ok := selectorOf(s, c.Namespace); ok && is(sel) {
@@ -98,7 +101,7 @@ func (c *RBACChange) takesFromSelf(f *Facts, self types.NamespacedName, accounts
 				byGroup = byGroup || sel.Name == ""
 			}
 		}
-		if byName || (byGroup && c.boundRoleMayGrantSelf(f)) {
+		if (byName && c.boundRoleMayGrant(f, true)) || (byGroup && c.boundRoleMayGrant(f, false)) {
 			return "it unbinds the webhook's own ServiceAccount"
 		}
 	case c.isRole():
@@ -120,12 +123,14 @@ func (c *RBACChange) takesOwnerReads(self types.NamespacedName, accounts []Accou
 		!takesNeeds(selfOwnerReads, c.OldRules, c.NewRules, c.Deleted) {
 		return ""
 	}
-	return "it takes the reads the guard verifies Pods' owners with (apps, batch, pods, replicationcontrollers) from a role bound to the webhook's own ServiceAccount; without them an armed Pod that names an owner fails open"
+	return "it takes the reads the guard verifies Pods' owners and RBAC changes with (apps, batch, pods, replicationcontrollers, serviceaccounts, roles, rolebindings) from a role bound to the webhook's own ServiceAccount; without them an armed Pod that names an owner fails open"
 }
 
-// boundRoleMayGrantSelf reports whether the role the binding under change names may grant one of
-// selfNeeds: it does, or it could not be read (AffectedNeeds asks for it).
-func (c *RBACChange) boundRoleMayGrantSelf(f *Facts) bool {
+// boundRoleMayGrant reports whether the role the binding under change names may grant one of
+// selfNeeds (named: or of selfOwnerReads, or anything on Secrets, the serving certificate's): it
+// does, or it could not be read (AffectedNeeds asks for it). A binding that names the webhook's
+// account to a role it needs nothing of is deleted freely (the twenty-third red team could not).
+func (c *RBACChange) boundRoleMayGrant(f *Facts, named bool) bool {
 	k, ok := c.boundRole()
 	if !ok {
 		return true
@@ -137,7 +142,15 @@ func (c *RBACChange) boundRoleMayGrantSelf(f *Facts) bool {
 	case r.NotFound:
 		return false // it grants nothing
 	}
-	return grantsAnySelfNeed(r.Rules)
+	if grantsAnySelfNeed(r.Rules) {
+		return true
+	}
+	return named && (slices.ContainsFunc(selfOwnerReads, func(n struct{ group, resource, verb string }) bool {
+		return grantsAll(r.Rules, n.group, n.resource, n.verb)
+	}) ||
+		slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
+			return matchesAny(rule.APIGroups, rbacv1.APIGroupAll, "") && matchesAny(rule.Resources, rbacv1.ResourceAll, "secrets")
+		}))
 }
 
 // selfMessage is the refusal of a change that takes the guard's own access.

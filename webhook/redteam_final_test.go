@@ -233,6 +233,7 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 		return &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook"}, Rules: rules}
 	}
 	appsReads := rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Verbs: []string{"get", "list", "watch"}}
+	eventsRole := mkRole("events-writer", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})
 	podReader := mkRole("pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})
 	allAccounts := func(name, role string) *rbacv1.RoleBinding {
 		return roleBinding(name, "Role", role, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts"})
@@ -273,12 +274,17 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 		{"a binding of a role that does not exist", true, admissionv1.Delete, rbKind, "all-accounts-gone", nil, allAccounts("all-accounts-gone", "gone"), true},
 		// By name, whatever role it binds: the chart's binding of its certificate Secret's Role
 		// (CI run 56 caught an earlier version of the group rule admitting its deletion).
-		{"its own binding of a role it verifies nothing with", true, admissionv1.Delete, rbKind, "its-secrets", nil, roleBinding("its-secrets", "Role", podReader.Name, self), false},
+		{"its own binding of a role it reads owners with", true, admissionv1.Delete, rbKind, "its-pods", nil, roleBinding("its-pods", "Role", podReader.Name, self), false},
+		// The twenty-third red team: a binding naming it to a role it needs nothing of could never
+		// be deleted; and narrowing its RBAC reads locked every RBAC change out, the restore too.
+		{"its own binding of a role it needs nothing of", true, admissionv1.Delete, rbKind, "its-events", nil, roleBinding("its-events", "Role", eventsRole.Name, self), true},
+		{"its Role loses the reads it judges RBAC changes by", true, admissionv1.Update, roleKind, guardRole.Name,
+			guardRole, mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get", "list", "watch"}})...), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := rbacCluster()
-			cluster.Roles = append(cluster.Roles, *guardRole, *podReader)
+			cluster.Roles = append(cluster.Roles, *guardRole, *podReader, *eventsRole)
 			cluster.RoleBindings = append(cluster.RoleBindings, *guardRB, *allAccounts("all-accounts-guard", guardRole.Name), *allAccounts("all-accounts-pods", podReader.Name))
 			cluster.ClusterRoles = append(cluster.ClusterRoles, *clusterRole(sar, vwcRule))
 			cluster.ClusterRoleBindings = append(cluster.ClusterRoleBindings, *crb)

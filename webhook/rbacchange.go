@@ -563,7 +563,7 @@ func (c *RBACChange) changes(k RoleKey) bool {
 // comes to grant every verb on leases, which the lease guard refuses an account for (the
 // twenty-second red team widened a role that granted only configmaps to leases "*").
 func (c *RBACChange) roleMayMatter() bool {
-	return rulesMayGrantLeases(c.OldRules) || (c.guardsSelf && grantsAnySelfNeed(c.OldRules)) || rulesGrantLeaseWildcard(c.NewRules)
+	return rulesMayGrantLeases(c.OldRules) || (c.guardsSelf && mayGrantSelf(c.OldRules)) || rulesGrantLeaseWildcard(c.NewRules)
 }
 
 // AffectedNeeds is the lookup that tells which accounts the change can touch: the role a binding

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -67,6 +68,12 @@ func grantsAnySelfNeed(rules []rbacv1.PolicyRule) bool {
 	})
 }
 
+// mayGrantSelf reports whether rules grant one of selfNeeds or selfOwnerReads, or anything on
+// Secrets: a change of such a role bound to the webhook's account is judged for what it takes.
+func mayGrantSelf(rules []rbacv1.PolicyRule) bool {
+	return grantsAnySelfNeed(rules) || takesNeeds(selfOwnerReads, rules, nil, true) || takesSecretRules(rules, nil, true)
+}
+
 // takesNeeds reports whether going from old to now (deleted: nothing) loses one of needs.
 func takesNeeds(needs []struct{ group, resource, verb string }, old, now []rbacv1.PolicyRule, deleted bool) bool {
 	for _, n := range needs {
@@ -119,11 +126,33 @@ func (c *RBACChange) takesOwnerReads(self types.NamespacedName, accounts []Accou
 	if self.Name == "" || !c.isRole() || c.Namespace == "" {
 		return ""
 	}
-	if !slices.ContainsFunc(accounts, func(sel AccountSelector) bool { return sel.selects(self) }) ||
-		!takesNeeds(selfOwnerReads, c.OldRules, c.NewRules, c.Deleted) {
+	if !slices.ContainsFunc(accounts, func(sel AccountSelector) bool { return sel.selects(self) }) {
 		return ""
 	}
-	return "it takes the reads the guard verifies Pods' owners and RBAC changes with (apps, batch, pods, replicationcontrollers, serviceaccounts, roles, rolebindings) from a role bound to the webhook's own ServiceAccount; without them an armed Pod that names an owner fails open"
+	switch {
+	case takesNeeds(selfOwnerReads, c.OldRules, c.NewRules, c.Deleted):
+		return "it takes the reads the guard verifies Pods' owners and RBAC changes with (apps, batch, pods, replicationcontrollers, serviceaccounts, roles, rolebindings) from a role bound to the webhook's own ServiceAccount; without them an armed Pod that names an owner fails open"
+	case takesSecretRules(c.OldRules, c.NewRules, c.Deleted):
+		// Its serving certificate's Secret: a webhook that restarts without it never serves, and
+		// Pods fail open (the twenty-fourth red team emptied that Role, then freed its binding).
+		return "it takes a rule on Secrets (the webhook's serving certificate) from a role bound to the webhook's own ServiceAccount"
+	}
+	return ""
+}
+
+// takesSecretRules reports whether going from old to now (deleted: nothing) drops a rule on
+// Secrets: each such rule must stay as it is.
+func takesSecretRules(old, now []rbacv1.PolicyRule, deleted bool) bool {
+	for i := range old {
+		r := &old[i]
+		if !matchesAny(r.APIGroups, rbacv1.APIGroupAll, "") || !matchesAny(r.Resources, rbacv1.ResourceAll, "secrets") {
+			continue
+		}
+		if deleted || !slices.ContainsFunc(now, func(n rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(&n, r) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // boundRoleMayGrant reports whether the role the binding under change names may grant one of

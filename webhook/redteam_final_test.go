@@ -233,6 +233,7 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 		return &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: "ehdb-election-webhook"}, Rules: rules}
 	}
 	appsReads := rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"statefulsets", "deployments", "daemonsets", "replicasets"}, Verbs: []string{"get", "list", "watch"}}
+	secretRole := mkRole("ehdb-election-webhook", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ehdb-election-webhook-tls"}, Verbs: []string{"get", "list", "watch", "update", "patch"}})
 	eventsRole := mkRole("events-writer", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})
 	podReader := mkRole("pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})
 	allAccounts := func(name, role string) *rbacv1.RoleBinding {
@@ -277,6 +278,9 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 		{"its own binding of a role it reads owners with", true, admissionv1.Delete, rbKind, "its-pods", nil, roleBinding("its-pods", "Role", podReader.Name, self), false},
 		// The twenty-third red team: a binding naming it to a role it needs nothing of could never
 		// be deleted; and narrowing its RBAC reads locked every RBAC change out, the restore too.
+		// The twenty-fourth red team emptied the Role of its certificate's Secret, then freed
+		// its binding.
+		{"its certificate Secret's Role emptied", true, admissionv1.Update, roleKind, secretRole.Name, mkRole(secretRole.Name), secretRole, false},
 		{"its own binding of a role it needs nothing of", true, admissionv1.Delete, rbKind, "its-events", nil, roleBinding("its-events", "Role", eventsRole.Name, self), true},
 		{"its Role loses the reads it judges RBAC changes by", true, admissionv1.Update, roleKind, guardRole.Name,
 			guardRole, mkRole(guardRole.Name, append(slices.Clone(guardRole.Rules), rbacv1.PolicyRule{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get", "list", "watch"}})...), false},
@@ -284,8 +288,8 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := rbacCluster()
-			cluster.Roles = append(cluster.Roles, *guardRole, *podReader, *eventsRole)
-			cluster.RoleBindings = append(cluster.RoleBindings, *guardRB, *allAccounts("all-accounts-guard", guardRole.Name), *allAccounts("all-accounts-pods", podReader.Name))
+			cluster.Roles = append(cluster.Roles, *guardRole, *podReader, *eventsRole, *secretRole)
+			cluster.RoleBindings = append(cluster.RoleBindings, *guardRB, *roleBinding(secretRole.Name, "Role", secretRole.Name, self), *allAccounts("all-accounts-guard", guardRole.Name), *allAccounts("all-accounts-pods", podReader.Name))
 			cluster.ClusterRoles = append(cluster.ClusterRoles, *clusterRole(sar, vwcRule))
 			cluster.ClusterRoleBindings = append(cluster.ClusterRoleBindings, *crb)
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, sts(compliant()...)), Clock: clocktesting.NewFakePassiveClock(now)}

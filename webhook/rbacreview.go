@@ -66,7 +66,7 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 	if what := change.takesFromSelf(facts, h.Self, accounts); what != "" {
 		return deny(ReasonGuardAccess, selfMessage(change, h.Self, what))
 	}
-	if what := change.takesOwnerReads(h.Self, accounts); what != "" {
+	if what := change.takesJudgingReads(h.Self, accounts); what != "" {
 		if f := h.Resolver.Resolve(ctx, Query{ClusterRoles: true}); olderRole(f, change) == "" {
 			return deny(ReasonGuardAccess, selfMessage(change, h.Self, what))
 		}

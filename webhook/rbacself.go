@@ -13,9 +13,10 @@ import (
 // Without it the guard cannot read ServiceAccounts, ConfigMaps or Leases, so every armed Pod is
 // "could not verify" and fails open (the final red team deleted the webhook's RoleBinding and
 // every armed bare Pod was admitted). So while the webhook serves, a change that removes its own
-// ServiceAccount from a binding (a group it is in, from a binding of a role that grants one of the
-// reads it verifies writers with, selfNeeds), deletes that ServiceAccount (or turns its token off),
-// or takes one of those reads from a role bound to it is refused. Other
+// ServiceAccount from a binding of a role that grants one of its reads or its certificate's Secret
+// (a group it is in: of a role that grants one of the reads it verifies writers with, selfNeeds),
+// deletes that ServiceAccount (or turns its token off), or takes one of those reads from a role
+// bound to it is refused (those of selfJudgingReads unless a rollback is under way). Other
 // rules of its roles may change: a rollback to an older chart narrows them, and that chart's
 // webhook replaces this one. `helm uninstall` of the webhook's release is not held: its
 // pre-delete hook removes the webhook configuration first.
@@ -31,7 +32,7 @@ var selfNeeds = []struct{ group, resource, verb string }{
 	{"authorization.k8s.io", "subjectaccessreviews", "create"},
 }
 
-// selfOwnerReads are the reads the guard verifies a Pod's owners with (watches.Owner, the
+// selfJudgingReads are the reads the guard verifies a Pod's owners with (watches.Owner, the
 // ControllerRevision of a StatefulSet's rollout), and those it judges RBAC changes by (roles,
 // rolebindings, the ServiceAccounts' watch): without the first a Pod that names an owner is
 // "could not verify" and fails open, so its order check is skipped (the twenty-second red team,
@@ -41,7 +42,7 @@ var selfNeeds = []struct{ group, resource, verb string }{
 // twenty-third). Older charts granted fewer of them, so they are kept only in namespaced roles (a
 // namespace's admins reach those) and only while the webhook's ClusterRole is this version's (a
 // rollback narrows it first: olderRole).
-var selfOwnerReads = func() []struct{ group, resource, verb string } {
+var selfJudgingReads = func() []struct{ group, resource, verb string } {
 	var out []struct{ group, resource, verb string }
 	for _, k := range []struct{ group, resource string }{{"apps", "statefulsets"}, {"apps", "deployments"}, {"apps", "daemonsets"}, {"apps", "replicasets"},
 		{"batch", "jobs"}, {"batch", "cronjobs"}, {"", "replicationcontrollers"}, {"", "pods"}, {"", "serviceaccounts"},
@@ -68,10 +69,10 @@ func grantsAnySelfNeed(rules []rbacv1.PolicyRule) bool {
 	})
 }
 
-// mayGrantSelf reports whether rules grant one of selfNeeds or selfOwnerReads, or anything on
+// mayGrantSelf reports whether rules grant one of selfNeeds or selfJudgingReads, or anything on
 // Secrets: a change of such a role bound to the webhook's account is judged for what it takes.
 func mayGrantSelf(rules []rbacv1.PolicyRule) bool {
-	return grantsAnySelfNeed(rules) || takesNeeds(selfOwnerReads, rules, nil, true) || takesSecretRules(rules, nil, true)
+	return grantsAnySelfNeed(rules) || takesNeeds(selfJudgingReads, rules, nil, true) || takesSecretRules(rules, nil, true)
 }
 
 // takesNeeds reports whether going from old to now (deleted: nothing) loses one of needs.
@@ -119,10 +120,10 @@ func (c *RBACChange) takesFromSelf(f *Facts, self types.NamespacedName, accounts
 	return ""
 }
 
-// takesOwnerReads says what a change of a namespaced role bound to the webhook's own account takes
-// of selfOwnerReads ("" for nothing); handleRBAC refuses it unless the webhook's ClusterRole is
+// takesJudgingReads says what a change of a namespaced role bound to the webhook's own account takes
+// of selfJudgingReads ("" for nothing); handleRBAC refuses it unless the webhook's ClusterRole is
 // already an older chart's.
-func (c *RBACChange) takesOwnerReads(self types.NamespacedName, accounts []AccountSelector) string {
+func (c *RBACChange) takesJudgingReads(self types.NamespacedName, accounts []AccountSelector) string {
 	if self.Name == "" || !c.isRole() || c.Namespace == "" {
 		return ""
 	}
@@ -130,7 +131,7 @@ func (c *RBACChange) takesOwnerReads(self types.NamespacedName, accounts []Accou
 		return ""
 	}
 	switch {
-	case takesNeeds(selfOwnerReads, c.OldRules, c.NewRules, c.Deleted):
+	case takesNeeds(selfJudgingReads, c.OldRules, c.NewRules, c.Deleted):
 		return "it takes the reads the guard verifies Pods' owners and RBAC changes with (apps, batch, pods, replicationcontrollers, serviceaccounts, roles, rolebindings) from a role bound to the webhook's own ServiceAccount; without them an armed Pod that names an owner fails open"
 	case takesSecretRules(c.OldRules, c.NewRules, c.Deleted):
 		// Its serving certificate's Secret: a webhook that restarts without it never serves, and
@@ -156,7 +157,7 @@ func takesSecretRules(old, now []rbacv1.PolicyRule, deleted bool) bool {
 }
 
 // boundRoleMayGrant reports whether the role the binding under change names may grant one of
-// selfNeeds (named: or of selfOwnerReads, or anything on Secrets, the serving certificate's): it
+// selfNeeds (named: or of selfJudgingReads, or anything on Secrets, the serving certificate's): it
 // does, or it could not be read (AffectedNeeds asks for it). A binding that names the webhook's
 // account to a role it needs nothing of is deleted freely (the twenty-third red team could not).
 func (c *RBACChange) boundRoleMayGrant(f *Facts, named bool) bool {
@@ -174,7 +175,7 @@ func (c *RBACChange) boundRoleMayGrant(f *Facts, named bool) bool {
 	if grantsAnySelfNeed(r.Rules) {
 		return true
 	}
-	return named && (slices.ContainsFunc(selfOwnerReads, func(n struct{ group, resource, verb string }) bool {
+	return named && (slices.ContainsFunc(selfJudgingReads, func(n struct{ group, resource, verb string }) bool {
 		return grantsAll(r.Rules, n.group, n.resource, n.verb)
 	}) ||
 		slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {

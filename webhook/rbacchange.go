@@ -240,7 +240,20 @@ func (c *RBACChange) view(f *Facts, at stage) RBACView {
 // lost reports whether the change takes away the access of check that the RBAC authorizer grants
 // now: granted before it, not after it or not once the aggregation controller has caught up. An
 // error means the guard could not tell.
-func (c *RBACChange) lost(f *Facts, check AccessCheck) (bool, error) {
+func (c *RBACChange) lost(f *Facts, check AccessCheck) (bool, error) { return c.flips(f, check, true) }
+
+// gained reports whether the change grants check's access that the RBAC authorizer does not grant
+// now: not granted before it, granted right after it or once the aggregation controller has caught
+// up.
+func (c *RBACChange) gained(f *Facts, check AccessCheck) (bool, error) {
+	return c.flips(f, check, false)
+}
+
+// flips reports whether the RBAC authorizer's answer to check is was before the change and the
+// other right after it or once the aggregation controller has caught up. A check the RBAC grants
+// otherwise than was (another authorizer's, or nothing) is untouched; an error means the guard
+// could not tell.
+func (c *RBACChange) flips(f *Facts, check AccessCheck, was bool) (bool, error) {
 	if !c.touches(check) {
 		return false, nil
 	}
@@ -248,42 +261,16 @@ func (c *RBACChange) lost(f *Facts, check AccessCheck) (bool, error) {
 	if err != nil && !before {
 		return false, err
 	}
-	if !before {
-		return false, nil // granted by something else (another authorizer), or not at all: untouched
+	if before != was {
+		return false, nil
 	}
 	for _, at := range []stage{afterChange, afterRewrites} {
 		after, err := c.view(f, at).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
 		if err != nil && !after {
 			return false, err
 		}
-		if !after {
+		if after != was {
 			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// gained reports whether the change grants check's access that the RBAC authorizer does not grant
-// now: not granted before it, granted right after it or once the aggregation controller has caught
-// up.
-func (c *RBACChange) gained(f *Facts, check AccessCheck) (bool, error) {
-	if !c.touches(check) {
-		return false, nil
-	}
-	before, err := c.view(f, beforeChange).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
-	if err != nil && !before {
-		return false, err
-	}
-	if before {
-		return false, nil
-	}
-	for _, at := range []stage{afterChange, afterRewrites} {
-		after, err := c.view(f, at).allows(check.ServiceAccount, check.Namespace, check.Verb, check.Name)
-		if after {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
 		}
 	}
 	return false, nil

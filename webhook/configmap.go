@@ -315,8 +315,8 @@ func readsKeyOf(w *Workload, name string, keys []string) bool {
 
 // unrecordedChange refuses a change of a ConfigMap that a running container reads a key of that
 // the running-process rule judges (readByTheRunningRule), when the change leaves no record the
-// RBAC review could date it by (started.go), or returns "": a key removed, or the whole ConfigMap deleted (a removal stamps no managedFields
-// time), or managedFields rewritten so that the record of its last change goes back or vanishes
+// RBAC review could date it by (started.go), or returns "": a key removed, or the whole ConfigMap
+// deleted (a removal stamps no managedFields time), or managedFields rewritten so that the record of its last change goes back or vanishes
 // (an update may send them; the eighteenth red team dropped the entry of its enforce -> shadow edit
 // and then unbound the writer, whose process still held enforce). A value set to shadow is dated,
 // and is the way to disarm a reader through its ConfigMap.

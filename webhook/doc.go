@@ -174,7 +174,9 @@
 //     may take no lease access from the account anywhere it reaches (RBACChange.takenFrom), since
 //     any Lease the account reaches may be the one the process holds. A review the webhook
 //     cannot complete because its own ClusterRole no longer lets it list ClusterRoles (an older
-//     chart's, part-way through a rollback) is admitted with a warning (olderRole). The guard's own access
+//     chart's, part-way through a rollback) is admitted with a warning (olderRole); only a role
+//     that lists neither ClusterRoles nor the lease guards is taken for an older chart's (0.1.0
+//     granted neither), one narrowed of either alone is "could not verify" (olderChart). The guard's own access
 //     is kept (rbacself.go): while it serves, a
 //     change that unbinds its ServiceAccount, deletes the account, or takes from a role bound to it
 //     the reads it verifies writers with is refused (guard_access). Out of reach: a grant by

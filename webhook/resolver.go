@@ -310,10 +310,14 @@ func (r *APIResolver) leaseGuards(ctx context.Context, namespaces []string) map[
 	if err == nil {
 		bindings, err = r.client.ListValidatingAdmissionPolicyBindings(ctx, LeaseGuardLabel)
 	}
+	older := false
+	if apierrors.IsForbidden(err) {
+		older, err = olderChart(err, func() error { _, err := r.client.ListClusterRoles(ctx); return err })
+	}
 	for _, ns := range namespaces {
 		switch {
-		case apierrors.IsForbidden(err):
-			out[ns] = LeaseGuardFact{Unread: "this webhook may not list validatingadmissionpolicies (its role is an older chart's?)"}
+		case older:
+			out[ns] = LeaseGuardFact{Unread: "this webhook may list neither validatingadmissionpolicies nor ClusterRoles (its role is an older chart's?)"}
 			continue
 		case err != nil:
 			out[ns] = LeaseGuardFact{Err: fmt.Errorf("listing lease guards: %w", err)}
@@ -324,13 +328,38 @@ func (r *APIResolver) leaseGuards(ctx context.Context, namespaces []string) map[
 	return out
 }
 
+// olderChart tells, once one of this version's cluster-wide lists was refused (denied), whether
+// the webhook's ClusterRole is an older chart's: those granted neither the lease guards' list nor
+// the ClusterRoles', so the other (other) is refused too. One refused alone is a role narrowed by
+// hand (the twenty-third red team dropped only the lease guards' list, and the check it feeds
+// was skipped as for a rollback): what it hides is then an error, never a warning. It returns
+// the error to keep: denied when older or narrowed, the other's when that failed otherwise.
+func olderChart(denied error, other func() error) (bool, error) {
+	err := other()
+	switch {
+	case apierrors.IsForbidden(err):
+		return true, denied
+	case err != nil:
+		return false, fmt.Errorf("%w (and could not tell a narrowed role from an older chart's: %w)", denied, err)
+	}
+	return false, fmt.Errorf("%w: the webhook's ClusterRole grants this version's other cluster-wide reads, so it was narrowed, not rolled back", denied)
+}
+
 // clusterRoles lists every ClusterRole fresh from the API server, as the aggregation controller
 // reads them.
 func (r *APIResolver) clusterRoles(ctx context.Context) ClusterRolesFact {
 	l, err := r.client.ListClusterRoles(ctx)
+	if apierrors.IsForbidden(err) {
+		older, err := olderChart(err, func() error {
+			_, err := r.client.ListValidatingAdmissionPolicies(ctx, LeaseGuardLabel)
+			return err
+		})
+		if older {
+			return ClusterRolesFact{Unread: "this webhook may list neither ClusterRoles nor validatingadmissionpolicies (its ClusterRole is an older chart's?)", Err: fmt.Errorf("listing ClusterRoles: %w", err)}
+		}
+		return ClusterRolesFact{Err: fmt.Errorf("listing ClusterRoles: %w", err)}
+	}
 	switch {
-	case apierrors.IsForbidden(err):
-		return ClusterRolesFact{Unread: "this webhook may not list ClusterRoles (its ClusterRole is an older chart's?)", Err: fmt.Errorf("listing ClusterRoles: %w", err)}
 	case err != nil:
 		return ClusterRolesFact{Err: fmt.Errorf("listing ClusterRoles: %w", err)}
 	}

@@ -156,3 +156,52 @@ func TestAPIResolverRedTeam(t *testing.T) {
 		t.Errorf("after the deadline: %+v", got)
 	}
 }
+
+// TestAPIResolverTellsANarrowedRoleFromAnOlderChart: the twenty-third red team, as a careless
+// cluster admin, dropped `list validatingadmissionpolicies` from the webhook's ClusterRole; the
+// resolver took it for an older chart's (which grants neither that nor the ClusterRoles list)
+// and the armed Pod's lease guard check was skipped with a warning. Only both reads denied
+// together are an older chart's; one denied alone is a narrowed role, and what it hides cannot
+// be verified.
+func TestAPIResolverTellsANarrowedRoleFromAnOlderChart(t *testing.T) {
+	forbid := func(resource string) k8stesting.ReactionFunc {
+		return func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: resource}, "", errors.New("RBAC: not allowed"))
+		}
+	}
+	for _, tc := range []struct {
+		name                string
+		denyVAP, denyRoles  bool
+		guardOlder, roleOld bool
+	}{
+		{"both granted", false, false, false, false},
+		{"both denied: an older chart's", true, true, true, true},
+		{"only the lease guards denied: narrowed", true, false, false, false},
+		{"only the ClusterRoles denied: narrowed", false, true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			if tc.denyVAP {
+				cs.PrependReactor("list", "validatingadmissionpolicies", forbid("validatingadmissionpolicies"))
+			}
+			if tc.denyRoles {
+				cs.PrependReactor("list", "clusterroles", forbid("clusterroles"))
+			}
+			f := webhook.NewAPIResolver(kubeapi.New(cs), 2).Resolve(context.Background(), webhook.Query{LeaseGuards: []string{ns}, ClusterRoles: true})
+			g := f.LeaseGuards[ns]
+			if older := g.Unread != ""; older != tc.guardOlder {
+				t.Errorf("lease guard taken for an older chart's: %v, want %v (%+v)", older, tc.guardOlder, g)
+			}
+			if tc.denyVAP && !tc.guardOlder && g.Err == nil {
+				t.Errorf("a narrowed role's lease guard read must be an error: %+v", g)
+			}
+			r := f.ClusterRoles
+			if older := r.Unread != ""; older != tc.roleOld {
+				t.Errorf("ClusterRoles taken for an older chart's: %v, want %v (%+v)", older, tc.roleOld, r)
+			}
+			if tc.denyRoles && r.Err == nil {
+				t.Errorf("a denied ClusterRoles list must be an error: %+v", r)
+			}
+		})
+	}
+}

@@ -145,8 +145,18 @@ var errRBACNotRead = fmt.Errorf("the RBAC objects were %w", errNotLookedUp)
 // error is returned only when no rule allowed and some binding or role could not be read: the
 // answer is then unknown, as the authorizer's would be incomplete.
 func (v RBACView) allows(sa types.NamespacedName, ns, verb, name string) (bool, error) {
+	return v.grants(sa, ns, func(r *rbacv1.PolicyRule) bool { return leaseRuleAllows(r, verb, name) })
+}
+
+// grants is allows for any request: whether a rule of a role bound to sa in ns (or cluster-wide;
+// ns "" asks of the ClusterRoleBindings alone, as for a cluster-scoped resource) matches.
+func (v RBACView) grants(sa types.NamespacedName, ns string, matches func(*rbacv1.PolicyRule) bool) (bool, error) {
 	var problems []string
-	for _, scope := range []string{"", ns} {
+	scopes := []string{"", ns}
+	if ns == "" {
+		scopes = scopes[:1]
+	}
+	for _, scope := range scopes {
 		bs, ok := v.Bindings(scope)
 		switch {
 		case !ok:
@@ -176,7 +186,7 @@ func (v RBACView) allows(sa types.NamespacedName, ns, verb, name string) (bool, 
 				continue
 			}
 			for i := range role.Rules {
-				if leaseRuleAllows(&role.Rules[i], verb, name) {
+				if matches(&role.Rules[i]) {
 					return true, nil
 				}
 			}

@@ -63,6 +63,14 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 	if err != nil {
 		return couldNotVerify(fmt.Sprintf("ehdb-election guard: could not verify %s: %v", change, err))
 	}
+	for range 2 { // the bindings, then their roles
+		q := change.selfKeepsQuery(facts, h.Self)
+		if q.Empty() {
+			break
+		}
+		lookups += q.Size()
+		facts.Merge(h.Resolver.Resolve(ctx, q))
+	}
 	if what := change.takesFromSelf(facts, h.Self, accounts); what != "" {
 		return deny(ReasonGuardAccess, selfMessage(change, h.Self, what))
 	}

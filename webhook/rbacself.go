@@ -14,7 +14,8 @@ import (
 // "could not verify" and fails open (the final red team deleted the webhook's RoleBinding and
 // every armed bare Pod was admitted). So while the webhook serves, a change that removes its own
 // ServiceAccount from a binding of a role that grants one of its reads or its certificate's Secret
-// (a group it is in: of a role that grants one of the reads it verifies writers with, selfNeeds),
+// (a group it is in: of a role that grants one of the reads it verifies writers with, selfNeeds,
+// unless its other bindings in that namespace grant it the same: selfKeepsNeeds),
 // deletes that ServiceAccount (or turns its token off), or takes one of those reads from a role
 // bound to it is refused (those of selfJudgingReads unless a rollback is under way). Other
 // rules of its roles may change: a rollback to an older chart narrows them, and that chart's
@@ -109,8 +110,16 @@ func (c *RBACChange) takesFromSelf(f *Facts, self types.NamespacedName, accounts
 				byGroup = byGroup || sel.Name == ""
 			}
 		}
-		if (byName && c.boundRoleMayGrant(f, true)) || (byGroup && c.boundRoleMayGrant(f, false)) {
+		if byName && c.boundRoleMayGrant(f, true) {
 			return "it unbinds the webhook's own ServiceAccount"
+		}
+		if byGroup && c.boundRoleMayGrant(f, false) {
+			switch kept, err := c.selfKeepsNeeds(f, self); {
+			case err != nil:
+				return "it unbinds the webhook's own ServiceAccount (a group it is in), and whether another binding grants it the same could not be told: " + err.Error()
+			case !kept:
+				return "it unbinds the webhook's own ServiceAccount (a group it is in) from reads no other binding grants it"
+			}
 		}
 	case c.isRole():
 		if slices.ContainsFunc(accounts, is) && takesNeeds(selfNeeds, c.OldRules, c.NewRules, c.Deleted) {
@@ -181,6 +190,64 @@ func (c *RBACChange) boundRoleMayGrant(f *Facts, named bool) bool {
 		slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
 			return matchesAny(rule.APIGroups, rbacv1.APIGroupAll, "") && matchesAny(rule.Resources, rbacv1.ResourceAll, "secrets")
 		}))
+}
+
+// selfKeepsNeeds reports whether the webhook's account self keeps, once the change lands, each of
+// selfNeeds that the role of the binding under change grants, through its other bindings (the
+// twenty-second red team: unbinding the namespace's `view` from every ServiceAccount was refused
+// while the chart's Role granted the guard the same reads). Only a RoleBinding is judged so: a
+// ClusterRoleBinding's reads are needed in every guarded namespace, and it stays refused. The RBAC
+// state is what selfKeepsQuery asked for; an error when some of it could not be read.
+func (c *RBACChange) selfKeepsNeeds(f *Facts, self types.NamespacedName) (bool, error) {
+	k, ok := c.boundRole()
+	if !ok || c.Namespace == "" {
+		return false, nil
+	}
+	r, ok := f.Roles[k]
+	switch {
+	case !ok:
+		return false, fmt.Errorf("%s: %w", k, errNotLookedUp)
+	case r.Err != nil:
+		return false, r.Err
+	}
+	after := c.view(f, afterChange)
+	for _, n := range selfNeeds {
+		if !grantsAll(r.Rules, n.group, n.resource, n.verb) {
+			continue
+		}
+		scope := c.Namespace
+		if n.resource == "subjectaccessreviews" {
+			scope = "" // cluster-scoped: a RoleBinding never grants it
+		}
+		kept, err := after.grants(self, scope, func(rule *rbacv1.PolicyRule) bool {
+			return matchesAny(rule.Verbs, rbacv1.VerbAll, n.verb) && matchesAny(rule.APIGroups, rbacv1.APIGroupAll, n.group) &&
+				matchesAny(rule.Resources, rbacv1.ResourceAll, n.resource) && len(rule.ResourceNames) == 0
+		})
+		if err != nil || !kept {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// selfKeepsQuery is the RBAC state selfKeepsNeeds reads: the ClusterRoleBindings, the binding's
+// namespace's RoleBindings, then the roles of those that apply to self (two rounds). Empty unless
+// the change unbinds a group self is in from a role that grants one of selfNeeds.
+func (c *RBACChange) selfKeepsQuery(f *Facts, self types.NamespacedName) Query {
+	b := newQueryBuilder(f, c.Namespace)
+	if self.Name == "" || c.Namespace == "" || !c.isBinding() || !c.boundRoleMayGrant(f, false) ||
+		!slices.ContainsFunc(c.removedSubjects(), func(s rbacv1.Subject) bool {
+			sel, ok := selectorOf(s, c.Namespace)
+			return ok && sel.Name == "" && sel.selects(self)
+		}) {
+		return b.query()
+	}
+	b.bindings("")
+	b.bindings(c.Namespace)
+	for _, k := range c.view(f, afterChange).neededRoles(self, "", c.Namespace) {
+		b.role(k)
+	}
+	return b.query()
 }
 
 // selfMessage is the refusal of a change that takes the guard's own access.

@@ -236,6 +236,8 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 	secretRole := mkRole("ehdb-election-webhook", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ehdb-election-webhook-tls"}, Verbs: []string{"get", "list", "watch", "update", "patch"}})
 	eventsRole := mkRole("events-writer", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})
 	podReader := mkRole("pod-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}})
+	viewRole := mkRole("view", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps", "pods"}, Verbs: []string{"get", "list", "watch"}})
+	saReader := mkRole("sa-reader", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get"}})
 	allAccounts := func(name, role string) *rbacv1.RoleBinding {
 		return roleBinding(name, "Role", role, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts"})
 	}
@@ -270,7 +272,13 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 		{"without its own account configured, not protected", false, admissionv1.Delete, rbKind, guardRB.Name, nil, guardRB, true},
 		// A group its account is in, removed from a binding: it matters only when the role bound
 		// grants one of the reads (the twentieth red team: any such removal was refused).
-		{"every account's group unbound from its Role", true, admissionv1.Delete, rbKind, "all-accounts-guard", nil, allAccounts("all-accounts-guard", guardRole.Name), false},
+		// Team 22 #5: only when no other binding grants the guard those reads (a namespace's
+		// "view" for every account unbound, while the chart's Role grants the same, was refused).
+		{"every account's group unbound from its Role, which it also holds by name", true, admissionv1.Delete, rbKind, "all-accounts-guard", nil, allAccounts("all-accounts-guard", guardRole.Name), true},
+		{"every account's group unbound from a view role whose reads its own Role grants", true, admissionv1.Delete, rbKind, "all-accounts-view", nil, allAccounts("all-accounts-view", viewRole.Name), true},
+		{"every account's group unbound from the only role granting it a read", true, admissionv1.Delete, rbKind, "all-accounts-sa", nil, allAccounts("all-accounts-sa", saReader.Name), false},
+		{"every account's group removed from that binding, another subject kept", true, admissionv1.Update, rbKind, "all-accounts-sa",
+			roleBinding("all-accounts-sa", "Role", saReader.Name, saSubject("someone")), allAccounts("all-accounts-sa", saReader.Name), false},
 		{"every account's group unbound from a role it verifies nothing with", true, admissionv1.Delete, rbKind, "all-accounts-pods", nil, allAccounts("all-accounts-pods", podReader.Name), true},
 		{"a binding of a role that does not exist", true, admissionv1.Delete, rbKind, "all-accounts-gone", nil, allAccounts("all-accounts-gone", "gone"), true},
 		// By name, whatever role it binds: the chart's binding of its certificate Secret's Role
@@ -288,8 +296,9 @@ func TestTheGuardKeepsItsOwnAccess(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := rbacCluster()
-			cluster.Roles = append(cluster.Roles, *guardRole, *podReader, *eventsRole, *secretRole)
-			cluster.RoleBindings = append(cluster.RoleBindings, *guardRB, *roleBinding(secretRole.Name, "Role", secretRole.Name, self), *allAccounts("all-accounts-guard", guardRole.Name), *allAccounts("all-accounts-pods", podReader.Name))
+			cluster.Roles = append(cluster.Roles, *guardRole, *podReader, *eventsRole, *secretRole, *viewRole, *saReader)
+			cluster.RoleBindings = append(cluster.RoleBindings, *guardRB, *roleBinding(secretRole.Name, "Role", secretRole.Name, self), *allAccounts("all-accounts-guard", guardRole.Name), *allAccounts("all-accounts-pods", podReader.Name),
+				*allAccounts("all-accounts-view", viewRole.Name), *allAccounts("all-accounts-sa", saReader.Name))
 			cluster.ClusterRoles = append(cluster.ClusterRoles, *clusterRole(sar, vwcRule))
 			cluster.ClusterRoleBindings = append(cluster.ClusterRoleBindings, *crb)
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, sts(compliant()...)), Clock: clocktesting.NewFakePassiveClock(now)}

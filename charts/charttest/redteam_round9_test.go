@@ -2,12 +2,14 @@ package charttest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -198,4 +200,37 @@ func TestRedTeamNamespaceDeletion(t *testing.T) {
 		_, err := rt.cs.CoreV1().Namespaces().Get(ctx, rt.ns, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+}
+
+// TestRedTeamNarrowedWebhookClusterRole replays the twenty-third red team's careless cluster
+// admin: the list of the lease guards dropped from the webhook's ClusterRole. The webhook took it
+// for an older chart's (a rollback, which lists neither the lease guards nor ClusterRoles) and
+// admitted, with a warning, an armed writer whose account the lease guard refuses. A role narrowed
+// of one read alone is not a rollback: the writer is "could not verify" (could_not_verify).
+func TestRedTeamNarrowedWebhookClusterRole(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	rt.liveShard0(t)
+	bindLeases(t, rt, "second9", "second9")
+	roles := rt.cs.RbacV1().ClusterRoles()
+	l, err := roles.List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rt.name + ",app.kubernetes.io/component=webhook"})
+	if err != nil || len(l.Items) != 1 {
+		t.Fatalf("the webhook's ClusterRole: %v (%d found)", err, len(l.Items))
+	}
+	narrowed := l.Items[0].DeepCopy()
+	narrowed.Rules = slices.DeleteFunc(narrowed.Rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.Resources, "validatingadmissionpolicies")
+	})
+	if len(narrowed.Rules) == len(l.Items[0].Rules) {
+		t.Fatalf("the webhook's ClusterRole grants no list of the lease guards: %+v", l.Items[0].Rules)
+	}
+	if _, err := roles.Update(ctx, narrowed, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("narrowing the webhook's ClusterRole (as a cluster admin): %v", err)
+	}
+	sets := rt.cs.AppsV1().StatefulSets(rt.ns)
+	waitFor(t, 30*time.Second, "the narrowed ClusterRole seen by the authorizer", func(ctx context.Context) (bool, error) {
+		_, err = sets.Create(ctx, rt.writer("writer9", wt.ServiceAccount("second9")), dryRunCreate)
+		return err != nil && strings.Contains(err.Error(), "could not tell whether the lease guard"), nil
+	})
+	refused(t, "an armed writer as an account the lease guard does not admit, its lease guard unreadable", err, "could not tell whether the lease guard", "validatingadmissionpolicies", "narrowed, not rolled back")
 }

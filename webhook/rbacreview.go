@@ -59,7 +59,7 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 		lookups += q.Size()
 		facts.Merge(h.Resolver.Resolve(ctx, q))
 	}
-	accounts, err := change.Affected(facts, h.ClusterRoleScopes)
+	accounts, err := change.Affected(ctx, facts, h.ClusterRoleScopes)
 	if err != nil {
 		return couldNotVerify(fmt.Sprintf("ehdb-election guard: could not verify %s: %v", change, err))
 	}

@@ -31,7 +31,7 @@ type microSuite struct {
 
 var microSuites = []microSuite{
 	{pkg: "./election/", pattern: "BenchmarkToken|BenchmarkTick", want: []string{"BenchmarkToken", "BenchmarkTick"}},
-	{pkg: "./webhook/", pattern: "BenchmarkDecide", want: []string{"BenchmarkDecide"}},
+	{pkg: "./webhook/", pattern: "BenchmarkDecide|BenchmarkRBACReviewOfManySubjects", want: []string{"BenchmarkDecide", "BenchmarkRBACReviewOfManySubjects"}},
 }
 
 // measureMicro runs the project's micro-benchmarks in the module at root. A missing benchmark or

@@ -1,0 +1,85 @@
+package webhook_test
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/noetl/ehdb-election/webhook"
+)
+
+// madeUpSubjects are n ServiceAccount subjects no workload runs as (prefix apart).
+func madeUpSubjects(prefix string, n int) []rbacv1.Subject {
+	out := make([]rbacv1.Subject, n)
+	for i := range out {
+		out[i] = saSubject(fmt.Sprintf("%s%06d", prefix, i))
+	}
+	return out
+}
+
+// The twenty-fifth red team (team B) bound ClusterRole edit, as a namespace admin, to 60,000
+// made-up accounts in two RoleBindings; a careless cluster admin then took the lease rule from
+// the piece edit aggregates. The review took 20 s (a quadratic walk of the subjects), the API
+// server stopped waiting at 5 s, and the clusterrbac entry's Ignore admitted the change although
+// it took an armed writer's lease access. The walk is now linear and bounded: the same change is
+// judged (refused, for the writer it names), a binding edit of 30,000 subjects is judged, and a
+// change whose bindings name more subjects than the guard judges is "could not verify".
+func TestRBACReviewsOfManySubjects(t *testing.T) {
+	edit := &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: "leases"}, Rules: []rbacv1.PolicyRule{leaseRule}}
+	narrowed := edit.DeepCopy()
+	narrowed.Rules = nil
+	big := func(name string, subjects ...rbacv1.Subject) *rbacv1.RoleBinding {
+		return roleBinding(name, "ClusterRole", "leases", subjects...)
+	}
+	cases := []struct {
+		name     string
+		bindings []rbacv1.RoleBinding
+		kind     metav1.GroupVersionKind
+		objName  string
+		obj, old runtime.Object
+		allowed  bool
+		msg      string
+	}{
+		{"the role narrowed under 60,000 subjects and the writer", []rbacv1.RoleBinding{
+			*big("big-0", madeUpSubjects("a", 30000)...), *big("big-1", append(madeUpSubjects("b", 30000), saSubject("crb-writer"))...)},
+			crKind, "leases", narrowed, edit, false, "crb-writer"},
+		{"the role narrowed under 60,000 subjects, none of them a writer's", []rbacv1.RoleBinding{
+			*big("big-0", madeUpSubjects("a", 30000)...), *big("big-1", madeUpSubjects("b", 30000)...)},
+			crKind, "leases", narrowed, edit, true, ""},
+		{"a binding of 30,000 subjects given another 30,000", nil,
+			rbKind, "big-0", big("big-0", madeUpSubjects("b", 30000)...), big("big-0", madeUpSubjects("a", 30000)...), true, ""},
+		{"a binding of 30,000 subjects given another 30,000 and the writer's taken", nil,
+			rbKind, "big-0", big("big-0", madeUpSubjects("b", 30000)...), big("big-0", append(madeUpSubjects("a", 30000), saSubject("crb-writer"))...), false, "crb-writer"},
+		{"more subjects than the guard judges", []rbacv1.RoleBinding{
+			*big("big-0", madeUpSubjects("a", 140000)...), *big("big-1", madeUpSubjects("b", 140000)...)},
+			crKind, "leases", narrowed, edit, false, "could not verify"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := rbacCluster()
+			cluster.RoleBindings = append(cluster.RoleBindings, tc.bindings...)
+			cluster.ClusterRoleBindings = nil // the writer's access comes through the bindings here
+			writer := sts(compliant()...)
+			writer.Spec.Template.Spec.ServiceAccountName = "crb-writer"
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, writer), Clock: clocktesting.NewFakePassiveClock(now),
+				ClusterRoleScopes: []string{ns}}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, admissionv1.Update, tc.kind, tc.objName, tc.obj, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %.600s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if tc.msg != "" && !strings.Contains(out.Response.Result.Message, tc.msg) {
+				t.Errorf("the refusal does not say %q: %.600s", tc.msg, out.Response.Result.Message)
+			}
+		})
+	}
+}

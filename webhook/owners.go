@@ -66,7 +66,7 @@ func unjudgedOwner(child, owner *Workload, creating bool) string {
 }
 
 // madeByOwner reports whether Pod p is as owner's controller makes its pods in everything the
-// guard judges beyond env and envFrom: the hostname (the fields the kubelet names it by, and for a
+// guard judges beyond env and envFrom: the OS it is pinned to, the hostname (the fields the kubelet names it by, and for a
 // StatefulSet's pod its ordinal among the set's), the account it runs as (ServiceAccount, token
 // automount, and the credentials its containers that can arm hold), and every value its containers' fieldRefs and resourceFieldRefs read — which must
 // resolve on the Pod as on the owner at the Pod's ordinal, unless the owner's cannot be known (it
@@ -96,6 +96,13 @@ func madeByOwner(p, owner *Workload) bool {
 		return false
 	}
 	if ServiceAccountName(ps) != ServiceAccountName(ts) || !equality.Semantic.DeepEqual(ps.AutomountServiceAccountToken, ts.AutomountServiceAccountToken) {
+		return false
+	}
+	// The node's env rules (envNamesOf): a Pod pinned to Linux no more than its owner's template
+	// is reads names on a Windows node up to case (the twenty-fifth red team adopted one without
+	// spec.os under a ReplicaSet whose template set it, then added noetl_ehdb_fencing=enforce to the
+	// ConfigMap both read: judged on the owner, it was another variable).
+	if certainlyLinux(&p.Pod) != certainlyLinux(&owner.Pod) {
 		return false
 	}
 	// The credentials, as the Pod holds them: its owner was judged with the token the plugin

@@ -90,6 +90,19 @@ func TestChangesAreJudgedForThePodsTheirOwnerDoesNotAccountFor(t *testing.T) {
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "stolen", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
 		return saAdmitted(p)
 	}()
+	// The twenty-fifth red team (team A): a Pod adopted under a ReplicaSet whose template pins it
+	// to Linux (spec.os), itself pinned to nothing: on a Windows node its containers read the
+	// ConfigMap's noetl_ehdb_fencing as the fencing switch, which on Linux is another variable.
+	fromMode := append(compliant(), unsetEnv("NOETL_EHDB_FENCING"), wt.ServiceAccount("rt-nobind"),
+		envFrom(corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "mode"}}}))
+	linuxTpl := sts(fromMode...).Spec.Template
+	linuxTpl.Spec.Hostname, linuxTpl.Spec.OS = "w-0", &corev1.PodOS{Name: corev1.Linux}
+	linuxRS := rs.DeepCopy()
+	linuxRS.Spec.Template = linuxTpl
+	unpinned := barePod(sts(fromMode...), "rs-os")
+	unpinned.Spec.Hostname, unpinned.Labels, unpinned.OwnerReferences = "w-0", linuxTpl.Labels, adopted.OwnerReferences
+	lowerCase := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "mode", Namespace: ns},
+		Data: map[string]string{"fencing": "shadow", "noetl_ehdb_fencing": "enforce"}}
 	for _, tc := range []struct {
 		name     string
 		readers  []any
@@ -98,6 +111,7 @@ func TestChangesAreJudgedForThePodsTheirOwnerDoesNotAccountFor(t *testing.T) {
 		obj, old runtime.Object
 		msg      string
 	}{
+		{"a Pod not pinned to Linux adopted under a Linux ReplicaSet, armed by a ConfigMap key only Windows reads", []any{linuxRS, saAdmitted(unpinned)}, cmGVK, "mode", lowerCase, mode("shadow"), "rt-nobind"},
 		{"a Pod adopted with another ServiceAccount, armed by a ConfigMap edit", []any{rs, otherAccount}, cmGVK, "mode", mode("enforce"), mode("shadow"), "rt-nobind"},
 		{"a StatefulSet Pod relabelled to pod-index 7, armed by a ConfigMap edit", []any{indexed, relabelled}, cmGVK, "mode", mode("enforce"), mode("shadow"), "ehdb-shard-00000007 (shard 7) does not exist"},
 		{"a Pod adopted on another node, armed by a ConfigMap edit", []any{nodeRS, saAdmitted(onNode7)}, cmGVK, "mode", mode("enforce"), mode("shadow"), "ehdb-shard-00000007 (shard 7) does not exist"},
@@ -107,11 +121,15 @@ func TestChangesAreJudgedForThePodsTheirOwnerDoesNotAccountFor(t *testing.T) {
 		{"a Pod adopted with another account's token at the token path, armed by a ConfigMap edit", []any{rs, otherToken}, cmGVK, "mode", mode("enforce"), mode("shadow"), "cannot authenticate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ownerRS := rs
+			if r, ok := tc.readers[0].(*appsv1.ReplicaSet); ok {
+				ownerRS = r
+			}
 			cluster := rbacCluster()
 			cluster.ConfigMaps = map[string]map[string]string{"elect": {"on": "true"}, "mode": {"fencing": "enforce"}}
 			readers := fakeReaders(t, tc.readers...)
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: readers, Readers: readers, Clock: clocktesting.NewFakePassiveClock(now),
-				Owners: fakeOwners{owners: map[string]runtime.Object{"ReplicaSet/" + ns + "/rs": rs, "StatefulSet/" + ns + "/" + set.Name: deletingSet}}}
+				Owners: fakeOwners{owners: map[string]runtime.Object{"ReplicaSet/" + ns + "/rs": ownerRS, "StatefulSet/" + ns + "/" + set.Name: deletingSet}}}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)
 			op := admissionv1.Update

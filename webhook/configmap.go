@@ -166,6 +166,9 @@ func affectedReaders(change *ConfigMapChange, readers []*Workload) []*Workload {
 		}
 	}
 	return slices.DeleteFunc(slices.Clone(readers), func(w *Workload) bool {
+		if w.finished() {
+			return true
+		}
 		if appears && requiresConfigMap(w, change.Name) {
 			return false
 		}

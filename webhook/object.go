@@ -61,7 +61,8 @@ type Workload struct {
 	ExemptBy *Workload
 	// NoPods says why the object runs no pods now ("replicas: 0", "suspended"), "" while it runs
 	// them. Such an object arms no shard yet: starting to run pods is the transition the order
-	// check covers (transition.go), and as an owner it accounts for no child that runs them.
+	// check covers (transition.go), and as an owner it accounts for no child that runs them. A Pod
+	// in a terminal phase (Succeeded, Failed) never starts a container again (finished).
 	NoPods string
 	// Paused is a Deployment's spec.paused. Running, known when RunningKnown, is what a paused
 	// Deployment runs: its ReplicaSets with pods (resume.go).
@@ -170,6 +171,9 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 			Name: o.Name, UID: string(o.UID), Labels: o.Labels, Annotations: o.Annotations,
 		}}
 		w.RunningSince = runningSince(o, w.Containers())
+		if o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed {
+			w.NoPods = "it has finished (phase " + string(o.Status.Phase) + ")"
+		}
 	case *appsv1.StatefulSet:
 		w.setReplicas(o.Spec.Replicas)
 		if o.Spec.Ordinals != nil {
@@ -337,3 +341,8 @@ func decodeInto(raw []byte, into any, gvk schema.GroupVersionKind) error {
 	}
 	return nil
 }
+
+// finished reports whether w is a Pod in a terminal phase: the API server refuses any move out of
+// Succeeded or Failed and the kubelet starts none of its containers again, so no change can arm or
+// disarm what it runs (the twenty-fifth red team's Succeeded Pod held a ConfigMap's arming edit).
+func (w *Workload) finished() bool { return w.Kind == gvkPod.Kind && w.NoPods != "" }

@@ -156,7 +156,7 @@ func (h *Handler) armableUsers(sels ...AccountSelector) ([]*Workload, error) {
 			return nil, err
 		}
 		for _, w := range got {
-			if mayArm(w) && !slices.ContainsFunc(users, func(u *Workload) bool { return u.Kind == w.Kind && u.Namespace == w.Namespace && u.Name == w.Name }) {
+			if mayArm(w) && !w.finished() && !slices.ContainsFunc(users, func(u *Workload) bool { return u.Kind == w.Kind && u.Namespace == w.Namespace && u.Name == w.Name }) {
 				users = append(users, w)
 			}
 		}

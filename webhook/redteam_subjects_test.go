@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 // madeUpSubjects are n ServiceAccount subjects no workload runs as (prefix apart).
@@ -79,6 +81,43 @@ func TestRBACReviewsOfManySubjects(t *testing.T) {
 			}
 			if tc.msg != "" && !strings.Contains(out.Response.Result.Message, tc.msg) {
 				t.Errorf("the refusal does not say %q: %.600s", tc.msg, out.Response.Result.Message)
+			}
+		})
+	}
+}
+
+// The twenty-fifth red team (team A): a Pod whose phase is Succeeded (restartPolicy Never) that
+// read a ConfigMap held its arming edit ("refusing to arm … on Pod …"), though a Pod in a terminal
+// phase never starts a container again (the API server refuses any move out of it). Such a Pod is
+// no reader and no user: nothing it runs can be armed or disarmed. A Pod still running is judged.
+func TestAFinishedPodReadsNothing(t *testing.T) {
+	cm := func(fencing string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "flags", Namespace: ns},
+			Data: map[string]string{"fencing": fencing}}
+	}
+	reader := func(phase corev1.PodPhase) *corev1.Pod {
+		p := barePod(sts(wt.ServiceAccount(wt.WriterSA), wt.ElectionOn(), envVar(cmKey("NOETL_EHDB_FENCING", "flags", "fencing", false))), "done-9")
+		p.Spec.NodeName, p.Spec.RestartPolicy = "node-1", corev1.RestartPolicyNever
+		p.Status.Phase = phase
+		return saAdmitted(p)
+	}
+	for _, tc := range []struct {
+		phase   corev1.PodPhase
+		allowed bool
+	}{
+		{corev1.PodSucceeded, true},
+		{corev1.PodFailed, true},
+		{corev1.PodRunning, false},
+		{corev1.PodPending, false},
+	} {
+		t.Run(string(tc.phase), func(t *testing.T) {
+			readers := fakeReaders(t, reader(tc.phase))
+			h := &webhook.Handler{Resolver: rbacCluster(), Policy: webhook.Policy{RequireLiveLease: true}, Readers: readers, Accounts: readers, Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", configMapReview(t, admissionv1.Update, cmGVK, cm("enforce"), cm("shadow")))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("the ConfigMap arming it: allowed=%v, want %v: %.500s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +29,7 @@ func StartFromEnvironment(ctx context.Context, lookup func(string) (string, bool
 		opts.Logger = slog.Default()
 	}
 	log := opts.Logger.With("component", "ehdb-election")
+	lookup = withRuntimeHostname(lookup, runtime.GOOS, os.Hostname)
 	cfg, problems := ParseConfig(lookup)
 	for _, p := range problems {
 		log.Warn("election configuration problem", "problem", p.Error())
@@ -87,4 +89,25 @@ func StartFromEnvironment(ctx context.Context, lookup func(string) (string, bool
 		return decline(err.Error())
 	}
 	return e
+}
+
+// withRuntimeHostname is lookup, with HOSTNAME read from the container's hostname where the
+// runtime sets no such variable. Linux runtimes put HOSTNAME in every container's environment
+// (containerd's and CRI-O's WithHostname); containerd's Windows containers get none (the
+// twenty-fifth red team read its source), so there a writer that takes its shard from its
+// hostname would decline while the admission guard, which predicts the Pod's hostname, admits it
+// armed. A Windows container's hostname is its Pod's (a HostProcess container's is the node's,
+// and it needs the host network, where the guard knows the hostname is not the Pod's).
+func withRuntimeHostname(lookup func(string) (string, bool), goos string, hostname func() (string, error)) func(string) (string, bool) {
+	if goos != "windows" {
+		return lookup
+	}
+	return func(name string) (string, bool) {
+		v, ok := lookup(name)
+		if ok || name != electionenv.EnvHostname {
+			return v, ok
+		}
+		h, err := hostname()
+		return h, err == nil && h != ""
+	}
 }

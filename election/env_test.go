@@ -73,3 +73,33 @@ func TestStartFromEnvironmentNeverFailsTheWriter(t *testing.T) {
 		})
 	}
 }
+
+// containerd's Windows containers get no HOSTNAME variable: a writer that takes its shard from its
+// hostname reads the container's hostname there (the Pod's), and nowhere else does anything change.
+func TestTheShardFromTheRuntimeHostname(t *testing.T) {
+	env := map[string]string{EnvElection: "true"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	host := func() (string, error) { return "writer-3", nil }
+	for _, tc := range []struct {
+		name      string
+		goos      string
+		hostEnv   string
+		wantShard bool
+		shard     uint32
+	}{
+		{"windows, no HOSTNAME: the container's hostname", "windows", "", true, 3},
+		{"windows, HOSTNAME set: the variable", "windows", "writer-5", true, 5},
+		{"linux, no HOSTNAME: no shard (the runtime always sets it)", "linux", "", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			delete(env, "HOSTNAME")
+			if tc.hostEnv != "" {
+				env["HOSTNAME"] = tc.hostEnv
+			}
+			cfg, _ := ParseConfig(withRuntimeHostname(lookup, tc.goos, host))
+			if cfg.HasShard != tc.wantShard || (tc.wantShard && cfg.Shard != tc.shard) {
+				t.Fatalf("shard %v %d, want %v %d", cfg.HasShard, cfg.Shard, tc.wantShard, tc.shard)
+			}
+		})
+	}
+}

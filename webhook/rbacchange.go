@@ -55,6 +55,9 @@ type RBACChange struct {
 	// rewrites are the ClusterRoles the aggregation controller will rewrite because of the change
 	// (aggregate); nil until the ClusterRoles are read.
 	rewrites map[RoleKey]rewrite
+	// clusterRoleScopes are the namespaces whose RoleBindings may grant a ClusterRole under
+	// review (Handler.ClusterRoleScopes).
+	clusterRoleScopes []string
 	// removed caches removedSubjects (a binding may name tens of thousands of subjects).
 	removed *[]rbacv1.Subject
 	// guardsSelf is set when the webhook keeps its own access (Handler.Self): a role that grants

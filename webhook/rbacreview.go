@@ -39,7 +39,7 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 	}
 	ctx, cancel := h.deadline(ctx)
 	defer cancel()
-	change.guardsSelf = h.Self.Name != ""
+	change.guardsSelf, change.clusterRoleScopes = h.Self.Name != "", h.ClusterRoleScopes
 	// A review the webhook cannot complete is refused, unless its own cluster-wide reads were
 	// taken from it (olderRole).
 	couldNotVerify := func(msg string) Response {

@@ -15,7 +15,7 @@ import (
 // every armed bare Pod was admitted). So while the webhook serves, a change that removes its own
 // ServiceAccount from a binding of a role that grants one of its reads or its certificate's Secret
 // (a group it is in: of a role that grants one of the reads it verifies writers with, selfNeeds,
-// unless its other bindings in that namespace grant it the same: selfKeepsNeeds),
+// unless its other bindings grant it the same where it needs them: selfKeepsNeeds),
 // deletes that ServiceAccount (or turns its token off), or takes one of those reads from a role
 // bound to it is refused (those of selfJudgingReads unless a rollback is under way). Other
 // rules of its roles may change: a rollback to an older chart narrows them, and that chart's
@@ -194,13 +194,14 @@ func (c *RBACChange) boundRoleMayGrant(f *Facts, named bool) bool {
 
 // selfKeepsNeeds reports whether the webhook's account self keeps, once the change lands, each of
 // selfNeeds that the role of the binding under change grants, through its other bindings (the
-// twenty-second red team: unbinding the namespace's `view` from every ServiceAccount was refused
-// while the chart's Role granted the guard the same reads). Only a RoleBinding is judged so: a
-// ClusterRoleBinding's reads are needed in every guarded namespace, and it stays refused. The RBAC
-// state is what selfKeepsQuery asked for; an error when some of it could not be read.
+// twenty-second and twenty-fifth red teams: unbinding the namespace's `view` or `edit` from every
+// ServiceAccount, or from every authenticated user, was refused while the chart's Role granted the
+// guard the same reads). Kept where the reads are needed (selfScopes): a RoleBinding's namespace,
+// or every guarded namespace for a ClusterRoleBinding. The RBAC state is what selfKeepsQuery asked
+// for; an error when some of it could not be read.
 func (c *RBACChange) selfKeepsNeeds(f *Facts, self types.NamespacedName) (bool, error) {
 	k, ok := c.boundRole()
-	if !ok || c.Namespace == "" {
+	if !ok {
 		return false, nil
 	}
 	r, ok := f.Roles[k]
@@ -215,36 +216,54 @@ func (c *RBACChange) selfKeepsNeeds(f *Facts, self types.NamespacedName) (bool, 
 		if !grantsAll(r.Rules, n.group, n.resource, n.verb) {
 			continue
 		}
-		scope := c.Namespace
+		scopes := c.selfScopes()
 		if n.resource == "subjectaccessreviews" {
-			scope = "" // cluster-scoped: a RoleBinding never grants it
+			scopes = []string{""} // cluster-scoped: only a ClusterRoleBinding grants it
 		}
-		kept, err := after.grants(self, scope, func(rule *rbacv1.PolicyRule) bool {
-			return matchesAny(rule.Verbs, rbacv1.VerbAll, n.verb) && matchesAny(rule.APIGroups, rbacv1.APIGroupAll, n.group) &&
-				matchesAny(rule.Resources, rbacv1.ResourceAll, n.resource) && len(rule.ResourceNames) == 0
-		})
-		if err != nil || !kept {
-			return false, err
+		for _, scope := range scopes {
+			kept, err := after.grants(self, scope, func(rule *rbacv1.PolicyRule) bool {
+				return matchesAny(rule.Verbs, rbacv1.VerbAll, n.verb) && matchesAny(rule.APIGroups, rbacv1.APIGroupAll, n.group) &&
+					matchesAny(rule.Resources, rbacv1.ResourceAll, n.resource) && len(rule.ResourceNames) == 0
+			})
+			if err != nil || !kept {
+				return false, err
+			}
 		}
 	}
 	return true, nil
 }
 
-// selfKeepsQuery is the RBAC state selfKeepsNeeds reads: the ClusterRoleBindings, the binding's
-// namespace's RoleBindings, then the roles of those that apply to self (two rounds). Empty unless
-// the change unbinds a group self is in from a role that grants one of selfNeeds.
+// selfScopes are the namespaces where the guard needs the reads a binding under change may
+// grant it: a RoleBinding's own; for a ClusterRoleBinding each namespace the webhook guards
+// (clusterRoleScopes), or the cluster scope alone when it guards every namespace ("*": its
+// ClusterRole then grants them cluster-wide).
+func (c *RBACChange) selfScopes() []string {
+	switch {
+	case c.Namespace != "":
+		return []string{c.Namespace}
+	case len(c.clusterRoleScopes) == 0 || slices.Contains(c.clusterRoleScopes, "*"):
+		return []string{""}
+	}
+	return c.clusterRoleScopes
+}
+
+// selfKeepsQuery is the RBAC state selfKeepsNeeds reads: the ClusterRoleBindings and the
+// RoleBindings of selfScopes, then the roles of those that apply to self (two rounds). Empty
+// unless the change unbinds a group self is in from a role that grants one of selfNeeds.
 func (c *RBACChange) selfKeepsQuery(f *Facts, self types.NamespacedName) Query {
 	b := newQueryBuilder(f, c.Namespace)
-	if self.Name == "" || c.Namespace == "" || !c.isBinding() || !c.boundRoleMayGrant(f, false) ||
+	if self.Name == "" || !c.isBinding() || !c.boundRoleMayGrant(f, false) ||
 		!slices.ContainsFunc(c.removedSubjects(), func(s rbacv1.Subject) bool {
 			sel, ok := selectorOf(s, c.Namespace)
 			return ok && sel.Name == "" && sel.selects(self)
 		}) {
 		return b.query()
 	}
-	b.bindings("")
-	b.bindings(c.Namespace)
-	for _, k := range c.view(f, afterChange).neededRoles(self, "", c.Namespace) {
+	scopes := append([]string{""}, c.selfScopes()...)
+	for _, s := range scopes {
+		b.bindings(s)
+	}
+	for _, k := range c.view(f, afterChange).neededRoles(self, scopes...) {
 		b.role(k)
 	}
 	return b.query()

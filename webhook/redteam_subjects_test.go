@@ -122,3 +122,63 @@ func TestAFinishedPodReadsNothing(t *testing.T) {
 		})
 	}
 }
+
+// The twenty-fifth red team (team B #3): a namespace's view or edit bound to every ServiceAccount
+// (or every authenticated user) could not be unbound, even by a cluster admin, while the webhook
+// served: the webhook's account is in those groups, and the guard never asked whether its own Role
+// granted it the same reads. A ClusterRoleBinding of such a role is kept only when the guard
+// would lose a read in a namespace it guards.
+func TestTheGuardKeepsOnlyReadsItWouldLose(t *testing.T) {
+	self := saSubject("ehdb-election-webhook")
+	reads := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	guardRole := mkRole("ehdb-election-webhook-guard", reads...)
+	guardRB := roleBinding(guardRole.Name, "Role", guardRole.Name, self)
+	view := rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "view"}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "serviceaccounts", "pods"}, Verbs: []string{"get", "list", "watch"}}}}
+	authenticated := rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}
+	crb := &rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"}, ObjectMeta: metav1.ObjectMeta{Name: "view-everyone"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"}, Subjects: []rbacv1.Subject{authenticated}}
+	rbOfView := roleBinding("view-everyone", "ClusterRole", "view", authenticated)
+	for _, tc := range []struct {
+		name    string
+		kind    metav1.GroupVersionKind
+		old     runtime.Object
+		guarded []string // Handler.ClusterRoleScopes
+		ownRole bool     // the chart's Role and RoleBinding there
+		allowed bool
+	}{
+		{"a RoleBinding of view to every authenticated user, the guard's Role granting the same", rbKind, rbOfView, []string{ns}, true, true},
+		{"a RoleBinding of view to every authenticated user, the only grant of those reads", rbKind, rbOfView, []string{ns}, false, false},
+		{"a ClusterRoleBinding of view to every authenticated user, the guard's Role granting the same in each guarded namespace", crbKind, crb, []string{ns}, true, true},
+		{"a ClusterRoleBinding of view to every authenticated user, a guarded namespace without the guard's Role", crbKind, crb, []string{ns, "elsewhere"}, true, false},
+		{"a ClusterRoleBinding of view to every authenticated user, every namespace guarded by namespaced Roles alone", crbKind, crb, []string{"*"}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := rbacCluster()
+			cluster.ClusterRoles = append(cluster.ClusterRoles, view)
+			if tc.kind == crbKind { // the binding under change, and no other grant of view
+				cluster.ClusterRoleBindings = append(cluster.ClusterRoleBindings, *crb)
+			} else {
+				cluster.RoleBindings = append(cluster.RoleBindings, *rbOfView)
+			}
+			if tc.ownRole {
+				cluster.Roles = append(cluster.Roles, *guardRole)
+				cluster.RoleBindings = append(cluster.RoleBindings, *guardRB)
+			}
+			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, sts(compliant()...)), Clock: clocktesting.NewFakePassiveClock(now),
+				ClusterRoleScopes: tc.guarded}
+			h.Self.Namespace, h.Self.Name = ns, self.Name
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, admissionv1.Delete, tc.kind, "view-everyone", nil, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %.600s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, "the webhook's own ServiceAccount") {
+				t.Fatalf("the refusal does not say it is the guard's own access: %s", raw)
+			}
+		})
+	}
+}

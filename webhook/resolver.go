@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -43,6 +44,10 @@ type APIResolver struct {
 	cms *configMapReader
 	// renewals judges Lease liveness on this process's clock when JudgeRenewalsBy is given.
 	renewals RenewalClock
+	// lists admits one list of bindings or ClusterRoles at a time: each is read whole (up to
+	// kubeapi.MaxBindingListBytes) and decoded, and a namespace admin decides how large they are,
+	// so 32 reviews listing at once would hold 32 copies while they decode.
+	lists *semaphore.Weighted
 }
 
 // NewAPIResolver returns a resolver over c that keeps at most maxInFlight lookups of one Query
@@ -51,7 +56,7 @@ func NewAPIResolver(c APIClient, maxInFlight int, opts ...ResolverOption) *APIRe
 	if maxInFlight <= 0 {
 		maxInFlight = 16
 	}
-	r := &APIResolver{client: c, limit: maxInFlight, cms: newConfigMapReader(c)}
+	r := &APIResolver{client: c, limit: maxInFlight, cms: newConfigMapReader(c), lists: semaphore.NewWeighted(1)}
 	for _, o := range opts {
 		o(r)
 	}
@@ -276,6 +281,10 @@ func (r *APIResolver) access(ctx context.Context, c AccessCheck) AccessFact {
 // in a row must each see the other's result): "" the ClusterRoleBindings, "*" the RoleBindings of
 // every namespace, else one namespace's RoleBindings.
 func (r *APIResolver) bindings(ctx context.Context, scope string) BindingsFact {
+	if err := r.lists.Acquire(ctx, 1); err != nil {
+		return BindingsFact{Err: fmt.Errorf("waiting to list the bindings of %q: %w", scope, err)}
+	}
+	defer r.lists.Release(1)
 	var out BindingsFact
 	if scope == "" {
 		l, err := r.client.ListClusterRoleBindings(ctx)
@@ -348,6 +357,10 @@ func olderChart(denied error, other func() error) (bool, error) {
 // clusterRoles lists every ClusterRole fresh from the API server, as the aggregation controller
 // reads them.
 func (r *APIResolver) clusterRoles(ctx context.Context) ClusterRolesFact {
+	if err := r.lists.Acquire(ctx, 1); err != nil {
+		return ClusterRolesFact{Err: fmt.Errorf("waiting to list ClusterRoles: %w", err)}
+	}
+	defer r.lists.Release(1)
 	l, err := r.client.ListClusterRoles(ctx)
 	if apierrors.IsForbidden(err) {
 		older, err := olderChart(err, func() error {

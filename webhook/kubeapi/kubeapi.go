@@ -4,6 +4,9 @@ package kubeapi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -34,12 +37,54 @@ func (c client) CreateSubjectAccessReview(ctx context.Context, sar *authorizatio
 	return c.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 }
 
+// MaxBindingListBytes bounds one list of bindings as the API server sends it: a namespace admin
+// can make RoleBindings of 30,000 subjects each, as many as quota allows, and the guard reads them
+// fresh on every RBAC review (the twenty-fifth red team bound edit to 60,000 made-up accounts). A
+// larger list is an error (the review "could not verify"), never a webhook out of memory. 16 MiB
+// is some 200,000 subjects, or 20,000 ordinary bindings.
+const MaxBindingListBytes = 16 << 20
+
 func (c client) ListClusterRoleBindings(ctx context.Context) (*rbacv1.ClusterRoleBindingList, error) {
+	if rc := restOf(c.cs.RbacV1().RESTClient()); rc != nil {
+		var l rbacv1.ClusterRoleBindingList
+		return &l, listBounded(ctx, rc.Get().Resource("clusterrolebindings"), "ClusterRoleBindings", &l)
+	}
 	return c.cs.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
 }
 
 func (c client) ListRoleBindings(ctx context.Context, namespace string) (*rbacv1.RoleBindingList, error) {
+	if rc := restOf(c.cs.RbacV1().RESTClient()); rc != nil {
+		var l rbacv1.RoleBindingList
+		return &l, listBounded(ctx, rc.Get().Namespace(namespace).Resource("rolebindings"), "RoleBindings", &l)
+	}
 	return c.cs.RbacV1().RoleBindings(namespace).List(ctx, metav1.ListOptions{})
+}
+
+// restOf is the REST client behind a typed client, or nil for a fake clientset (which has none,
+// and whose lists are then read whole).
+func restOf(i rest.Interface) *rest.RESTClient {
+	rc, _ := i.(*rest.RESTClient)
+	return rc
+}
+
+// listBounded reads a list as JSON, at most MaxBindingListBytes of it.
+func listBounded(ctx context.Context, req *rest.Request, what string, into any) error {
+	body, err := req.SetHeader("Accept", "application/json").Stream(ctx)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, MaxBindingListBytes+1))
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading the %s: %w", what, err)
+	case len(b) > MaxBindingListBytes:
+		return fmt.Errorf("the %s are more than %d MiB, more than the guard reads for one review", what, MaxBindingListBytes>>20)
+	}
+	if err := json.Unmarshal(b, into); err != nil {
+		return fmt.Errorf("decoding the %s: %w", what, err)
+	}
+	return nil
 }
 
 func (c client) GetClusterRole(ctx context.Context, name string) (*rbacv1.ClusterRole, error) {

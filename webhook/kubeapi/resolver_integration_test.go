@@ -165,3 +165,36 @@ func binding(t *testing.T, cs kubernetes.Interface, ns, kind string, subject rba
 		t.Fatal(err)
 	}
 }
+
+// TestBindingListsAreBoundedOnTheAPIServer: a namespace admin decides how large a namespace's
+// RoleBindings are (the twenty-fifth red team made two of 30,000 subjects each), and every RBAC
+// review lists them fresh. A list larger than kubeapi.MaxBindingListBytes is an error the review
+// refuses on ("could not verify"), read no further than that; a list under it is read whole.
+func TestBindingListsAreBoundedOnTheAPIServer(t *testing.T) {
+	c := testcluster.ForTest(t)
+	cs := c.Clientset()
+	ctx := context.Background()
+	ns := c.NewNamespace(t)
+	// Each binding is about 1.4 MB as JSON (below etcd's request limit); 13 of them pass the bound.
+	const perBinding = 30000
+	n := kubeapi.MaxBindingListBytes/(perBinding*45) + 1
+	for j := range n {
+		subjects := make([]rbacv1.Subject, perBinding)
+		for i := range subjects {
+			subjects[i] = rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: fmt.Sprintf("made-up-%02d-%05d", j, i)}
+		}
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%02d", j)},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"}, Subjects: subjects}
+		if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("RoleBinding %d of %d: %v", j+1, n, err)
+		}
+		f := webhook.NewAPIResolver(kubeapi.New(cs), 2).Resolve(ctx, webhook.Query{Namespace: ns, Bindings: []string{ns}})
+		got := f.Bindings[ns]
+		if j < 2 && (got.Err != nil || len(got.Items) != j+1) {
+			t.Fatalf("%d bindings: %d read, %v", j+1, len(got.Items), got.Err)
+		}
+		if j == n-1 && (got.Err == nil || !strings.Contains(got.Err.Error(), "more than 16 MiB")) {
+			t.Fatalf("%d bindings of %d subjects: want an error past the bound, got %d items, %v", n, perBinding, len(got.Items), got.Err)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -204,4 +205,44 @@ func TestAPIResolverTellsANarrowedRoleFromAnOlderChart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAPIResolverListsBindingsOneAtATime: each list of bindings is read whole and decoded, and a
+// namespace admin decides how large it is, so reviews listing at once take turns rather than hold
+// a copy each while it decodes.
+func TestAPIResolverListsBindingsOneAtATime(t *testing.T) {
+	c := &countingLists{APIClient: kubeapi.New(fake.NewClientset())}
+	r := webhook.NewAPIResolver(c, 4)
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			f := r.Resolve(context.Background(), webhook.Query{Namespace: ns, Bindings: []string{ns, fmt.Sprintf("other-%d", i)}})
+			if b := f.Bindings[ns]; b.Err != nil {
+				t.Errorf("list: %v", b.Err)
+			}
+		})
+	}
+	wg.Wait()
+	if c.most != 1 {
+		t.Fatalf("%d binding lists at once; want 1", c.most)
+	}
+}
+
+// countingLists is an APIClient whose RoleBinding lists take a while, counting how many run at once.
+type countingLists struct {
+	webhook.APIClient
+	mu             sync.Mutex
+	inFlight, most int
+}
+
+func (c *countingLists) ListRoleBindings(ctx context.Context, namespace string) (*rbacv1.RoleBindingList, error) {
+	c.mu.Lock()
+	c.inFlight++
+	c.most = max(c.most, c.inFlight)
+	c.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
+	c.mu.Lock()
+	c.inFlight--
+	c.mu.Unlock()
+	return c.APIClient.ListRoleBindings(ctx, namespace)
 }

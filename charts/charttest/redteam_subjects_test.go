@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,4 +80,61 @@ func TestRedTeamManySubjectsCannotHoldTheGuard(t *testing.T) {
 		return err
 	})
 	disarmRefused(t, "the lease rule taken from system:aggregate-to-edit under 60,000 subjects of edit", err, "Pod "+rt.ns+"/w-0")
+}
+
+// TestRedTeamAdoptedWithoutTheOwnersOS replays the twenty-fifth red team (team A #1) on the real
+// API server, with the StatefulSet controller adopting: a set whose template pins its Pods to
+// Linux (spec.os) and reads its environment from a ConfigMap adopts a Pod made by hand without the
+// pin. On a Windows node that Pod reads a key noetl_ehdb_fencing as the fencing switch, which on
+// Linux is another variable. Adding that key was judged on the set alone (unarmed) and admitted;
+// the Pod, armed, runs as an account with no lease access. Refused now, naming the Pod.
+func TestRedTeamAdoptedWithoutTheOwnersOS(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	cs := rt.cs
+	rt.liveShard0(t)
+	const account = "plain25"
+	if _, err := cs.CoreV1().ServiceAccounts(rt.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cms := cs.CoreV1().ConfigMaps(rt.ns)
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "os25"}, Data: map[string]string{"LOG_LEVEL": "info"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	set := rt.writer("os25", wt.ServiceAccount(account), func(s *appsv1.StatefulSet) {
+		s.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+		s.Spec.Template.Spec.OS = &corev1.PodOS{Name: corev1.Linux}
+		c := &s.Spec.Template.Spec.Containers[0]
+		c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "NOETL_EHDB_FENCING" })
+		c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "os25"}}})
+	})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "os25-0", Labels: set.Spec.Template.Labels}, Spec: *set.Spec.Template.Spec.DeepCopy()}
+	pod.Spec.Hostname, pod.Spec.Subdomain, pod.Spec.OS = "os25-0", set.Spec.ServiceName, nil
+	if _, err := cs.CoreV1().Pods(rt.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the unarmed Pod: %v", err)
+	}
+	if _, err := cs.AppsV1().StatefulSets(rt.ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the unarmed set: %v", err)
+	}
+	waitFor(t, 60*time.Second, "the StatefulSet controller adopting os25-0", func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods(rt.ns).Get(ctx, "os25-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ref := metav1.GetControllerOf(p)
+		return ref != nil && ref.Kind == "StatefulSet" && ref.Name == "os25", nil
+	})
+	var err error
+	waitFor(t, 30*time.Second, "the guard refusing the key only a Windows node reads as the switch", func(ctx context.Context) (bool, error) {
+		cm, gerr := cms.Get(ctx, "os25", metav1.GetOptions{})
+		if gerr != nil {
+			return false, gerr
+		}
+		cm.Data["noetl_ehdb_fencing"] = "enforce"
+		_, err = cms.Update(ctx, cm, dryUpdate)
+		return err != nil, nil
+	})
+	if !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "os25-0") || !strings.Contains(err.Error(), account) {
+		t.Errorf("arming the adopted Pod: %v; want the guard to refuse it, naming the Pod and its account", err)
+	}
 }

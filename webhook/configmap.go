@@ -83,6 +83,17 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 	if msg := unrecordedChange(req, oldCM, newCM, readers); msg != "" {
 		return unverifiable(msg)
 	}
+	// A StatefulSet mid-rollout makes the pods below its partition from its current revision,
+	// which may read the ConfigMap as its template does not (revisionRuns): judged as a reader.
+	for _, w := range readers {
+		rnow, _, why := h.revisionRuns(w, nil)
+		switch {
+		case why != "":
+			return unverifiable(fmt.Sprintf("ehdb-election guard: could not verify the change of ConfigMap %s/%s for %s %s/%s: %s", req.Namespace, change.Name, w.Kind, w.Namespace, w.Name, why))
+		case rnow != nil:
+			readers = append(readers, rnow)
+		}
+	}
 	readers = judgedThroughController(affectedReaders(change, readers))
 	if deletesImmutable(req, oldCM) {
 		hr, ok := h.Readers.(ConfigMapHolders)

@@ -19,6 +19,9 @@ func Decide(in Input, f *Facts, p Policy) Decision {
 		return Decision{Reason: ReasonMalformed, Unmet: []Unmet{{Reason: ReasonMalformed, Problem: "the request carries no object."}}}
 	}
 	d := Decision{Subject: fmt.Sprintf("%s %s/%s", w.Kind, w.Namespace, w.Name)}
+	if w.fromRevision != "" {
+		d.Subject += fmt.Sprintf(" (its pods below the partition, which its controller makes from its current revision %s)", w.fromRevision)
+	}
 	if c := in.RBACChange; c != nil {
 		f = c.apply(f, w) // the facts as the change leaves them
 	}

@@ -199,6 +199,9 @@ func (h *Handler) respond(ctx context.Context, req Request, log logr.Logger, sta
 	load := newReviewLoad(start, in.Object, in.Old)
 	defer load.release()
 	d, lookups := h.decide(withReviewLoad(ctx, load), in)
+	if in.Subresource == "" {
+		d, lookups = h.judgeRevision(ctx, start, in.Object, in.Old, d, lookups)
+	}
 
 	h.observe(req, kind, d.Allowed, d.Reason, time.Since(start))
 	kv := []any{"allowed", d.Allowed, "reason", d.Reason, "lookups", lookups, "tookMs", time.Since(start).Milliseconds()}

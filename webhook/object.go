@@ -37,6 +37,15 @@ type Workload struct {
 	// ordinals OrdinalStart .. OrdinalStart+CurrentBelow-1 from that revision (revision.go).
 	CurrentRevision string
 	CurrentBelow    int32
+	// revision is a StatefulSet's status.currentRevision as it is (also when no rollout is under
+	// way), updateRevision its status.updateRevision, and partition the ordinals below which its controller makes pods from that revision
+	// (the rolling update's partition; 0 for OnDelete, which makes every new pod from the update
+	// revision): what revisionRuns reads.
+	revision, updateRevision string
+	partition                int32
+	// fromRevision names the revision when the workload is a StatefulSet as revisionRuns makes it
+	// (its current revision's template, the ordinals below its partition).
+	fromRevision string
 	// Controller is the object's controller owner ("apps/v1 Deployment name"), "" when none.
 	Controller string
 	// ControllerRef is the controller ownerReference itself (nil when none).
@@ -181,6 +190,10 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 		}
 		w.ServiceName = o.Spec.ServiceName
 		w.CurrentRevision, w.CurrentBelow = currentRevision(o)
+		w.revision, w.updateRevision = o.Status.CurrentRevision, o.Status.UpdateRevision
+		if ru := o.Spec.UpdateStrategy.RollingUpdate; o.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType && ru != nil {
+			w.partition = ptr.Deref(ru.Partition, 0)
+		}
 	case *appsv1.Deployment:
 		w.setReplicas(o.Spec.Replicas)
 		w.Paused = o.Spec.Paused

@@ -1,8 +1,12 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -103,4 +107,81 @@ func electedBefore(f *Facts, ns string, shards []uint32) (elected, fresh []uint3
 		}
 	}
 	return elected, fresh
+}
+
+// revisionRuns is what a StatefulSet under review runs from its current revision once the change
+// lands: the set with that revision's template, for the ordinals below its partition (now), and
+// what it ran from the same revision before (old; nil when it ran nothing from it). The set's own
+// review judges its template; the pods below a partition come from the revision instead
+// (newVersionedStatefulSetPod), and nothing judged that revision as it will run: the
+// twenty-fifth red team created a set at replicas 0 armed (its order check deferred: it ran no
+// pods), then in one update set replicas 1 and shadow with a partition above it; the controller
+// made the pod from the armed revision, which no order check had covered, and its Pod was
+// admitted as a crashed writer's replacement. Scaled up below the partition, or armed there
+// through a ConfigMap the revision reads, is the same arming (handleScale, handleConfigMap).
+// why is set when the revision could not be read: the change cannot be verified.
+func (h *Handler) revisionRuns(now, old *Workload) (rnow, rold *Workload, why string) {
+	revs, ok := h.Owners.(Revisions)
+	if !ok || now == nil || now.Kind != gvkStatefulSet.Kind || now.revision == "" {
+		return nil, nil, ""
+	}
+	below := min(now.partition, now.Replicas)
+	if below <= 0 {
+		return nil, nil, ""
+	}
+	tmpl, found, known := revs.RevisionTemplate(now.Namespace, now.revision, types.UID(now.UID))
+	switch {
+	case !known:
+		return nil, nil, fmt.Sprintf("its current revision %s, from which its controller makes the pods below its partition, could not be read", now.revision)
+	case !found:
+		return nil, nil, "" // the controller then makes every pod from the update revision
+	case now.Pod.Spec != nil && sameTemplate(now.Pod, PodContext{Template: true, Spec: &tmpl.Spec, Meta: PodMeta{Labels: tmpl.Labels, Annotations: tmpl.Annotations}}, nil):
+		return nil, nil, "" // the set's own template: judged as such
+	}
+	fromRevision := func(w *Workload, n int32) *Workload {
+		r := *w
+		r.Pod = PodContext{Template: true, Spec: &tmpl.Spec, Meta: PodMeta{Labels: tmpl.Labels, Annotations: tmpl.Annotations}}
+		r.setReplicas(&n)
+		r.Name = w.Name // the pods' names and hostnames: <set>-<ordinal>
+		r.CurrentRevision, r.CurrentBelow, r.revision, r.fromRevision = "", 0, "", w.revision
+		return &r
+	}
+	rnow = fromRevision(now, below)
+	if old != nil && old.revision == now.revision && old.NoPods == "" {
+		// It ran the revision below its partition, or on every ordinal when no rollout was under
+		// way (the revision was its template: a canary started on an armed set arms nothing new).
+		b := min(old.partition, old.Replicas)
+		if old.updateRevision == old.revision {
+			b = old.Replicas
+		}
+		if b > 0 {
+			rold = fromRevision(old, b)
+		}
+	}
+	return rnow, rold, ""
+}
+
+// judgeRevision judges, for a StatefulSet review whose own judgement d admitted it, what the set
+// runs from its current revision once the change lands (revisionRuns), as an update of those pods
+// from what it ran so before: its refusal is the review's.
+func (h *Handler) judgeRevision(ctx context.Context, start time.Time, now, old *Workload, d Decision, lookups int) (Decision, int) {
+	if !d.Allowed {
+		return d, lookups
+	}
+	rnow, rold, why := h.revisionRuns(now, old)
+	switch {
+	case why != "":
+		return Decision{Subject: fmt.Sprintf("%s %s/%s", now.Kind, now.Namespace, now.Name), Reason: ReasonCouldNotVerify, Warnings: d.Warnings,
+			Unmet: []Unmet{{Reason: ReasonCouldNotVerify, Problem: "could not verify what it runs below its partition: " + why + ".", Fix: "retry; if it persists, check the webhook's access to controllerrevisions."}}}, lookups
+	case rnow == nil:
+		return d, lookups
+	}
+	load := newReviewLoad(start, rnow, rold)
+	defer load.release()
+	rd, n := h.decide(withReviewLoad(ctx, load), Input{Operation: admissionv1.Update, Object: rnow, Old: rold, Budget: NewBudget(h.WorkBudget)})
+	rd.Warnings = append(d.Warnings, rd.Warnings...)
+	if rd.Allowed {
+		rd.Reason = d.Reason
+	}
+	return rd, lookups + n
 }

@@ -104,6 +104,7 @@ func (h *Handler) handleScale(ctx context.Context, req Request, log logr.Logger,
 	// scaled here under a Deployment at 0 is accounted for by no owner (unjudgedOwner).
 	h.verifyOwner(now, false)
 	d, lookups := h.decide(ctx, Input{Operation: admissionv1.Update, Object: now, Old: old})
+	d, lookups = h.judgeRevision(ctx, start, now, old, d, lookups)
 	return h.answer(req, log, kind, start, d, lookups)
 }
 

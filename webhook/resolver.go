@@ -44,10 +44,10 @@ type APIResolver struct {
 	cms *configMapReader
 	// renewals judges Lease liveness on this process's clock when JudgeRenewalsBy is given.
 	renewals RenewalClock
-	// lists admits one list of bindings or ClusterRoles at a time: each is read whole (up to
-	// kubeapi.MaxBindingListBytes) and decoded, and a namespace admin decides how large they are,
-	// so 32 reviews listing at once would hold 32 copies while they decode.
+	// lists admits one list of ClusterRoles at a time: each is read whole and decoded.
 	lists *semaphore.Weighted
+	// bindingLists shares the lists of bindings among concurrent reviews (bindinglists.go).
+	bindingLists bindingLists
 }
 
 // NewAPIResolver returns a resolver over c that keeps at most maxInFlight lookups of one Query
@@ -281,10 +281,11 @@ func (r *APIResolver) access(ctx context.Context, c AccessCheck) AccessFact {
 // in a row must each see the other's result): "" the ClusterRoleBindings, "*" the RoleBindings of
 // every namespace, else one namespace's RoleBindings.
 func (r *APIResolver) bindings(ctx context.Context, scope string) BindingsFact {
-	if err := r.lists.Acquire(ctx, 1); err != nil {
-		return BindingsFact{Err: fmt.Errorf("waiting to list the bindings of %q: %w", scope, err)}
-	}
-	defer r.lists.Release(1)
+	return r.bindingLists.get(ctx, scope, func(ctx context.Context) BindingsFact { return r.listBindings(ctx, scope) })
+}
+
+// listBindings is one list of the bindings of scope.
+func (r *APIResolver) listBindings(ctx context.Context, scope string) BindingsFact {
 	var out BindingsFact
 	if scope == "" {
 		l, err := r.client.ListClusterRoleBindings(ctx)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -87,6 +88,15 @@ type budgetResult struct {
 	SlowPodN, SlowPodAdmitted       int
 	SlowPeak                        int64
 	SlowFirstError                  string
+
+	// The namespace admin's bindings: Bindings made-up subjects in the writer's namespace, while
+	// BindingWorkers send an RBAC review that lists them (a Role update that takes nothing, so
+	// every refusal is wrong): BindingN admitted, BindingRefused refused or failed.
+	Bindings, BindingWorkers int
+	BindingN, BindingRefused int
+	BindingP50, BindingMax   time.Duration
+	BindingPeak              int64
+	BindingFirstError        string
 }
 
 // measureBudget sends the worst review alone, then from 50 workers at once while a correct review
@@ -206,7 +216,96 @@ func (b *bench) measureBudget(ctx context.Context, cs kubernetes.Interface, wh *
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	return res, b.measureSlowClients(ctx, cs, wh, correct, &res)
+	if err := b.measureSlowClients(ctx, cs, wh, correct, &res); err != nil {
+		return res, err
+	}
+	return res, b.measureBindingLists(ctx, cs, wh, &res)
+}
+
+// The namespace admin's bindings of the twenty-sixth red team: 16 RoleBindings of 14,000 made-up
+// accounts each (a 15.5 MB list), which every RBAC review of the namespace lists fresh; 32 such
+// reviews at once held a copy each, 474 MB.
+const (
+	bigBindings        = 16
+	bigBindingSubjects = 14000
+	bindingWorkers     = 32
+)
+
+// measureBindingLists creates those bindings in the writer's namespace, then sends from
+// bindingWorkers at once, for Window, a server-side dry-run update of the writer's Role that adds
+// a harmless rule: an RBAC review that lists the namespace's RoleBindings and must be admitted.
+func (b *bench) measureBindingLists(ctx context.Context, cs kubernetes.Interface, wh *harness.Webhook, res *budgetResult) error {
+	roles, err := cs.RbacV1().Roles(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(roles.Items, func(r rbacv1.Role) bool {
+		return slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.Verbs, webhook.VerbElect) })
+	})
+	if i < 0 {
+		return errors.New("no writer Role (one granting " + webhook.VerbElect + ") in " + namespace)
+	}
+	role := roles.Items[i].DeepCopy()
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})
+	b.step("admission budget: %d RoleBindings of %d made-up accounts each in %s, then %d workers updating Role %s (dry run) for %s", bigBindings, bigBindingSubjects, namespace, bindingWorkers, role.Name, res.Window)
+	rbs := cs.RbacV1().RoleBindings(namespace)
+	defer func() {
+		for j := range bigBindings {
+			_ = rbs.Delete(context.WithoutCancel(ctx), fmt.Sprintf("ehdb-bench-big-%02d", j), metav1.DeleteOptions{})
+		}
+	}()
+	for j := range bigBindings {
+		subjects := make([]rbacv1.Subject, bigBindingSubjects)
+		for k := range subjects {
+			subjects[k] = rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: fmt.Sprintf("made-up-%02d-%05d", j, k)}
+		}
+		if _, err := rbs.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ehdb-bench-big-%02d", j)},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"}, Subjects: subjects}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("RoleBinding %d of %d: %w", j+1, bigBindings, err)
+		}
+	}
+	if err := resetPeak(wh.PID()); err != nil {
+		return err
+	}
+	res.Bindings, res.BindingWorkers = bigBindings*bigBindingSubjects, bindingWorkers
+	wctx, cancel := context.WithTimeout(ctx, res.Window)
+	defer cancel()
+	var mu sync.Mutex
+	var times []time.Duration
+	var wg sync.WaitGroup
+	for range bindingWorkers {
+		wg.Go(func() {
+			for wctx.Err() == nil {
+				start := time.Now()
+				_, err := cs.RbacV1().Roles(namespace).Update(wctx, role, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+				took := time.Since(start)
+				mu.Lock()
+				switch {
+				case wctx.Err() != nil:
+				case err != nil:
+					res.BindingRefused++
+					if res.BindingFirstError == "" {
+						res.BindingFirstError = truncateText(err.Error(), 300)
+					}
+				default:
+					times = append(times, took)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	_, peak, err := procMemory(wh.PID())
+	if err != nil {
+		return err
+	}
+	res.BindingPeak = peak
+	slices.Sort(times)
+	res.BindingN = len(times)
+	if len(times) > 0 {
+		res.BindingP50, res.BindingMax = times[len(times)/2], times[len(times)-1]
+	}
+	return ctx.Err()
 }
 
 // configMapReader creates the big ConfigMaps and returns the Deployment that reads them all,
@@ -447,11 +546,21 @@ func renderBudget(p func(string, ...any), r *budgetResult, err error) {
 			verdict(r.SlowCorrectN > 0 && r.SlowCorrectErrors == 0 && r.SlowCorrectMax < goalCorrectLatency, "max < 1 s"))
 		p("| meanwhile an armed Pod, election off, default ServiceAccount (fails open): admitted of %d | %d | %s |", r.SlowPodN, r.SlowPodAdmitted, verdict(r.SlowPodN > 0 && r.SlowPodAdmitted == 0, "0"))
 	}
+	if r.BindingWorkers > 0 {
+		p("| %d RoleBindings naming %d made-up accounts in all, %d workers sending a Role update the guard must admit for %s: peak RSS | %s | %s |",
+			bigBindings, r.Bindings, r.BindingWorkers, r.Window, mibString(r.BindingPeak), verdict(r.BindingPeak > 0 && r.BindingPeak < goalConcurrentRSS, "< 64 MiB"))
+		p("| those updates: admitted p50 / max of %d, refused or failed (every one is wrong) | %s / %s, %d | %s |", r.BindingN, dur(r.BindingP50), dur(r.BindingMax), r.BindingRefused,
+			verdict(r.BindingN > 0 && r.BindingRefused == 0, "0 refused"))
+	}
 	p("")
 	p("The denial: `%s`", strings.ReplaceAll(r.Denial, "\n", " "))
 	if r.ReaderFirstRefusal != "" {
 		p("")
 		p("First refusal of the ConfigMap reader: %s", r.ReaderFirstRefusal)
+	}
+	if r.BindingFirstError != "" {
+		p("")
+		p("First refusal of the Role update under the bindings: %s", r.BindingFirstError)
 	}
 	if r.SlowFirstError != "" {
 		p("")

@@ -227,5 +227,8 @@
 // Pods (the kubelet runs them whatever admission says of their mirror Pod); and
 // what a mutating webhook does to a workload's Pods, seen only when each Pod is reviewed (ours is
 // a validating webhook, so it sees every Pod after all mutation: such a Pod is refused, and the
-// rollout stops at it).
+// rollout stops at it). Nor whoever may act as the writer's account (a namespace admin can mint its
+// token or run a Pod as it, and then holds its Leases as the writer would: the lease guard admits
+// an account, not a process) or administer the webhook's own namespace (its Deployment, Service
+// and serving key): the README's trust row says how to keep those apart.
 package webhook

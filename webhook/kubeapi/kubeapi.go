@@ -47,7 +47,7 @@ const MaxBindingListBytes = 16 << 20
 func (c client) ListClusterRoleBindings(ctx context.Context) (*rbacv1.ClusterRoleBindingList, error) {
 	if rc := restOf(c.cs.RbacV1().RESTClient()); rc != nil {
 		var l rbacv1.ClusterRoleBindingList
-		return &l, listBounded(ctx, rc.Get().Resource("clusterrolebindings"), "ClusterRoleBindings", &l)
+		return &l, listBounded(ctx, rc.Get().Resource("clusterrolebindings"), "ClusterRoleBindings", &l.Items)
 	}
 	return c.cs.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
 }
@@ -55,7 +55,7 @@ func (c client) ListClusterRoleBindings(ctx context.Context) (*rbacv1.ClusterRol
 func (c client) ListRoleBindings(ctx context.Context, namespace string) (*rbacv1.RoleBindingList, error) {
 	if rc := restOf(c.cs.RbacV1().RESTClient()); rc != nil {
 		var l rbacv1.RoleBindingList
-		return &l, listBounded(ctx, rc.Get().Namespace(namespace).Resource("rolebindings"), "RoleBindings", &l)
+		return &l, listBounded(ctx, rc.Get().Namespace(namespace).Resource("rolebindings"), "RoleBindings", &l.Items)
 	}
 	return c.cs.RbacV1().RoleBindings(namespace).List(ctx, metav1.ListOptions{})
 }
@@ -67,22 +67,69 @@ func restOf(i rest.Interface) *rest.RESTClient {
 	return rc
 }
 
-// listBounded reads a list as JSON, at most MaxBindingListBytes of it.
-func listBounded(ctx context.Context, req *rest.Request, what string, into any) error {
+// listBounded reads a list as JSON, at most MaxBindingListBytes of it, item by item: only one
+// item's text is held at a time, never the whole list's (encoding/json's Decoder buffers one value
+// whole, so the list is walked with Token and each item decoded on its own).
+func listBounded[T any](ctx context.Context, req *rest.Request, what string, into *[]T) error {
 	body, err := req.SetHeader("Accept", "application/json").Stream(ctx)
 	if err != nil {
 		return err
 	}
 	defer body.Close()
-	b, err := io.ReadAll(io.LimitReader(body, MaxBindingListBytes+1))
-	switch {
-	case err != nil:
-		return fmt.Errorf("reading the %s: %w", what, err)
-	case len(b) > MaxBindingListBytes:
+	lr := &io.LimitedReader{R: body, N: MaxBindingListBytes + 1}
+	if err := decodeItems(json.NewDecoder(lr), into); err != nil {
+		if lr.N <= 0 {
+			return fmt.Errorf("the %s are more than %d MiB, more than the guard reads for one review", what, MaxBindingListBytes>>20)
+		}
+		return fmt.Errorf("decoding the %s: %w", what, err)
+	}
+	if lr.N <= 0 {
 		return fmt.Errorf("the %s are more than %d MiB, more than the guard reads for one review", what, MaxBindingListBytes>>20)
 	}
-	if err := json.Unmarshal(b, into); err != nil {
-		return fmt.Errorf("decoding the %s: %w", what, err)
+	return nil
+}
+
+// decodeItems decodes the "items" of a JSON list object into into, skipping its other fields.
+func decodeItems[T any](dec *json.Decoder, into *[]T) error {
+	if err := expectDelim(dec, '{'); err != nil {
+		return err
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if key != "items" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := expectDelim(dec, '['); err != nil {
+			return err
+		}
+		for dec.More() {
+			var item T
+			if err := dec.Decode(&item); err != nil {
+				return err
+			}
+			*into = append(*into, item)
+		}
+		if err := expectDelim(dec, ']'); err != nil {
+			return err
+		}
+	}
+	return expectDelim(dec, '}')
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("want %q, got %v", want, tok)
 	}
 	return nil
 }

@@ -192,6 +192,9 @@ func main() {
 		os.Exit(2)
 	}
 	log, slogger := newLogger(os.Stderr, o.logLevel)
+	if n := setSoftMemoryLimit(); n > 0 {
+		log.Info("memory: the runtime's soft limit is nine tenths of the container's", "softLimitBytes", n)
+	}
 	// The standard library's logger too (net/http reports TLS handshake errors through it).
 	slog.SetDefault(slogger)
 	ctrl.SetLogger(log)

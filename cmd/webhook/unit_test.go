@@ -7,9 +7,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -271,5 +273,37 @@ func TestAnIdleOwnerIsReadAgain(t *testing.T) {
 	owner, found, known := w.Owner(ns, ref)
 	if !found || !known || owner.NoPods != "" || owner.Replicas != 1 {
 		t.Fatalf("Owner = %+v, found=%v known=%v; want the Deployment as the API server holds it now (replicas 1)", owner, found, known)
+	}
+}
+
+func TestSoftMemoryLimitFollowsTheContainers(t *testing.T) {
+	files := map[string]string{}
+	read := func(f string) ([]byte, error) {
+		if v, ok := files[f]; ok {
+			return []byte(v), nil
+		}
+		return nil, os.ErrNotExist
+	}
+	noEnv := func(string) string { return "" }
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		env   func(string) string
+		want  int64
+	}{
+		{"cgroup v2, 128Mi", map[string]string{"/v2": "134217728\n"}, noEnv, 134217728 / 10 * 9},
+		{"cgroup v2, no limit", map[string]string{"/v2": "max\n"}, noEnv, 0},
+		{"cgroup v1, 128Mi", map[string]string{"/v1": "134217728\n"}, noEnv, 134217728 / 10 * 9},
+		{"cgroup v1, no limit", map[string]string{"/v1": "9223372036854771712\n"}, noEnv, 0},
+		{"no cgroup files", nil, noEnv, 0},
+		{"GOMEMLIMIT set: the operator's", map[string]string{"/v2": "134217728"}, func(string) string { return "100MiB" }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clear(files)
+			maps.Copy(files, tc.files)
+			if got := softMemoryLimit(tc.env, read, []string{"/v2", "/v1"}); got != tc.want {
+				t.Fatalf("soft limit %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

@@ -38,9 +38,10 @@ type Workload struct {
 	CurrentRevision string
 	CurrentBelow    int32
 	// revision is a StatefulSet's status.currentRevision as it is (also when no rollout is under
-	// way), updateRevision its status.updateRevision, and partition the ordinals below which its controller makes pods from that revision
-	// (the rolling update's partition; 0 for OnDelete, which makes every new pod from the update
-	// revision): what revisionRuns reads.
+	// way), updateRevision its status.updateRevision, and partition the ordinals below which its
+	// controller makes pods from that revision (the rolling update's partition,
+	// status.currentReplicas with no rollingUpdate; 0 for OnDelete, which makes every new pod from
+	// the update revision): what revisionRuns reads.
 	revision, updateRevision string
 	partition                int32
 	// fromRevision names the revision when the workload is a StatefulSet as revisionRuns makes it
@@ -191,8 +192,13 @@ func WorkloadOf(obj runtime.Object, namespace string) (*Workload, error) {
 		w.ServiceName = o.Spec.ServiceName
 		w.CurrentRevision, w.CurrentBelow = currentRevision(o)
 		w.revision, w.updateRevision = o.Status.CurrentRevision, o.Status.UpdateRevision
-		if ru := o.Spec.UpdateStrategy.RollingUpdate; o.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType && ru != nil {
-			w.partition = ptr.Deref(ru.Partition, 0)
+		if o.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+			// newVersionedStatefulSetPod: below the partition, or with no rollingUpdate (the API
+			// server fills it in only for an empty type) below status.currentReplicas.
+			w.partition = o.Status.CurrentReplicas
+			if ru := o.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+				w.partition = ptr.Deref(ru.Partition, 0)
+			}
 		}
 	case *appsv1.Deployment:
 		w.setReplicas(o.Spec.Replicas)

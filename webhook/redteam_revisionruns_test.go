@@ -77,6 +77,17 @@ func TestWhatACurrentRevisionRunsIsJudged(t *testing.T) {
 	canary.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To[int32](1)
 	canary.Status = armedAt0.Status
 
+	// Team E #1: type RollingUpdate with no rollingUpdate (the API server fills it in only when the
+	// type is empty): the controller makes the ordinals below status.currentReplicas from the
+	// current revision.
+	noRolling := func(s *appsv1.StatefulSet) *appsv1.StatefulSet {
+		s = s.DeepCopy()
+		s.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType}
+		return s
+	}
+	nilArmed, nilShadow := noRolling(armedAt0), noRolling(shadowAt1)
+	nilArmed.Status.CurrentReplicas, nilShadow.Status.CurrentReplicas = 1, 1
+
 	scaleBody := func(from, to int32) []byte {
 		scale := func(n int32) *autoscalingv1.Scale {
 			return &autoscalingv1.Scale{TypeMeta: metav1.TypeMeta{APIVersion: "autoscaling/v1", Kind: "Scale"},
@@ -112,6 +123,8 @@ func TestWhatACurrentRevisionRunsIsJudged(t *testing.T) {
 			r1, nil, nil, nil, false, "current revision " + wt.WriterName + "-r1"},
 		{"the same with the shard's Lease live", func() []byte { return wt.Review(t, admissionv1.Update, stsKind, shadowAt1, armedAt0) },
 			r1, nil, nil, []uint32{0}, true, ""},
+		{"no rollingUpdate: the ordinals below currentReplicas come from the current revision", func() []byte { return wt.Review(t, admissionv1.Update, stsKind, nilShadow, nilArmed) },
+			r1, nil, nil, nil, false, "current revision " + wt.WriterName + "-r1"},
 		{"a canary started on an armed set whose Leases lapsed", func() []byte { return wt.Review(t, admissionv1.Update, stsKind, canary, armed) },
 			revision(wt.WriterName+"-r1", armed.Spec.Template), nil, nil, nil, true, ""},
 		{"scaled up below the partition onto the armed revision", func() []byte { return scaleBody(1, 2) },

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/noetl/ehdb-election/webhook"
 	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
@@ -136,5 +138,42 @@ func TestRedTeamAdoptedWithoutTheOwnersOS(t *testing.T) {
 	})
 	if !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "os25-0") || !strings.Contains(err.Error(), account) {
 		t.Errorf("arming the adopted Pod: %v; want the guard to refuse it, naming the Pod and its account", err)
+	}
+}
+
+// TestRedTeamArmedRevisionUnderATemplateWithoutTheSwitch replays red team E of stop 29 (#2) on the
+// real API server: a StatefulSet created armed at replicas 0 (its order check deferred), then one
+// update to replicas 1 under a partition above it, with the fencing variable dropped from its
+// template. The update never reached the webhook (the entry's matchCondition looked at the new
+// template only), and the controller made the pod from the armed current revision. The update is
+// sent now (its old template could arm) and judged for what the revision runs: refused, on a shard
+// whose Lease does not exist.
+func TestRedTeamArmedRevisionUnderATemplateWithoutTheSwitch(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	sets := rt.cs.AppsV1().StatefulSets(rt.ns)
+	set := rt.writer("drop", func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr.To[int32](0) })
+	if _, err := sets.Create(ctx, set, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the armed set at replicas 0 (its order check deferred): %v", err)
+	}
+	waitFor(t, 60*time.Second, "the controller to record the set's revision", func(ctx context.Context) (bool, error) {
+		got, err := sets.Get(ctx, set.Name, metav1.GetOptions{})
+		return err == nil && got.Status.CurrentRevision != "", err
+	})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := sets.Get(ctx, set.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := &got.Spec.Template.Spec.Containers[0]
+		c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "NOETL_EHDB_FENCING" })
+		got.Spec.Replicas = ptr.To[int32](1)
+		got.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To[int32](1)}}
+		_, err = sets.Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "current revision") || !strings.Contains(err.Error(), "(shard 0) does not exist") {
+		t.Fatalf("the update dropping the switch under a partition: %v; want it refused for ordinal 0 of the armed current revision", err)
 	}
 }

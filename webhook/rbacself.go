@@ -57,10 +57,13 @@ var selfJudgingReads = func() []struct{ group, resource, verb string } {
 
 // grantsAll reports whether rules grant verb on every resource of its kind (no resourceNames).
 func grantsAll(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
-	has := func(list []string, v string) bool { return slices.Contains(list, v) || slices.Contains(list, "*") }
-	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
-		return len(r.ResourceNames) == 0 && has(r.APIGroups, group) && has(r.Resources, resource) && has(r.Verbs, verb)
-	})
+	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool { return ruleGrantsAll(&r, group, resource, verb) })
+}
+
+// ruleGrantsAll is grantsAll for one rule.
+func ruleGrantsAll(r *rbacv1.PolicyRule, group, resource, verb string) bool {
+	return len(r.ResourceNames) == 0 && matchesAny(r.APIGroups, rbacv1.APIGroupAll, group) &&
+		matchesAny(r.Resources, rbacv1.ResourceAll, resource) && matchesAny(r.Verbs, rbacv1.VerbAll, verb)
 }
 
 // grantsAnySelfNeed reports whether rules grant one of selfNeeds.
@@ -221,10 +224,7 @@ func (c *RBACChange) selfKeepsNeeds(f *Facts, self types.NamespacedName) (bool, 
 			scopes = []string{""} // cluster-scoped: only a ClusterRoleBinding grants it
 		}
 		for _, scope := range scopes {
-			kept, err := after.grants(self, scope, func(rule *rbacv1.PolicyRule) bool {
-				return matchesAny(rule.Verbs, rbacv1.VerbAll, n.verb) && matchesAny(rule.APIGroups, rbacv1.APIGroupAll, n.group) &&
-					matchesAny(rule.Resources, rbacv1.ResourceAll, n.resource) && len(rule.ResourceNames) == 0
-			})
+			kept, err := after.grants(self, scope, func(rule *rbacv1.PolicyRule) bool { return ruleGrantsAll(rule, n.group, n.resource, n.verb) })
 			if err != nil || !kept {
 				return false, err
 			}

@@ -19,6 +19,11 @@ import (
 //   - the one whose request has waited on its client longest: a body arriving for more than
 //     bodyGrace (the API server sends a review in one write), or an answer unread for more than
 //     answerGrace (the API server reads it at once);
+//   - the one whose review waits longest for a slot, if the API server refuses that review when
+//     it is not answered (webhook.PhaseQueued): closing it costs the review what its deadline
+//     would, while the newcomer may carry a Pod review, which the API server admits unjudged when
+//     it cannot reach the guard. Heavy reviews through the API server (a namespace admin's dry
+//     runs, team E) otherwise held every place, queued behind their slots, and Pods failed open;
 //   - a new one that has sent no request yet, of the client address holding the most
 //     connections, the oldest: the API server sends its request as soon as its TLS handshake is done, so only
 //     a flood of connects faster than max per handshake could catch one of its own;
@@ -78,6 +83,9 @@ type cappedConn struct {
 	// request.
 	bodyDone  bool
 	answering time.Time
+	// queued is set while the request's review, which fails closed, waits for a slot
+	// (webhook.PhaseQueued).
+	queued bool
 }
 
 func (c *cappedConn) Close() error {
@@ -101,6 +109,10 @@ func (c *cappedConn) reached(p webhook.Phase) {
 		c.answering = time.Now()
 	case webhook.PhaseAnswered:
 		c.answering = time.Time{}
+	case webhook.PhaseQueued:
+		c.queued = true
+	case webhook.PhaseJudging:
+		c.queued = false
 	}
 	c.l.mu.Unlock()
 }
@@ -149,15 +161,15 @@ func (l *capListener) Accept() (net.Conn, error) {
 // detector saw the review reset 1 ms after it connected, and the API server does not retry a
 // POST that was reset. Now such a flood can take places only from itself, and a host holding
 // fewer connections than the newcomer's is never a victim. Among the hosts that may give one up,
-// stuck connections go first, then silent ones, then idle ones; of each, the busiest host's
-// oldest, so one client's flood costs its own connections, not the API server's, even when the
+// stuck connections go first, then queued ones, then silent ones, then idle ones; of each, the
+// busiest host's oldest, so one client's flood costs its own connections, not the API server's, even when the
 // webhook is too starved of CPU to read a body within bodyGrace.
 func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
 	held := map[string]int{}
 	for c := range l.open {
 		held[c.host]++
 	}
-	var stuck, silent, idle []*cappedConn
+	var stuck, queued, silent, idle []*cappedConn
 	for c := range l.open {
 		if c.host != newHost && held[c.host] <= held[newHost] {
 			continue
@@ -165,6 +177,8 @@ func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
 		switch {
 		case c.state == http.StateActive && c.stuck(now):
 			stuck = append(stuck, c)
+		case c.state == http.StateActive && c.queued:
+			queued = append(queued, c)
 		case c.state == http.StateNew:
 			silent = append(silent, c)
 		case c.state == http.StateIdle:
@@ -172,6 +186,9 @@ func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
 		}
 	}
 	if c := oldestOfBusiest(stuck, held, (*cappedConn).stuckSince); c != nil {
+		return c
+	}
+	if c := oldestOfBusiest(queued, held, func(c *cappedConn) time.Time { return c.since }); c != nil {
 		return c
 	}
 	if c := oldestOfBusiest(silent, held, func(c *cappedConn) time.Time { return c.opened }); c != nil {
@@ -230,7 +247,7 @@ func (l *capListener) track(conn net.Conn, state http.ConnState) {
 	l.mu.Lock()
 	c.state, c.since = state, time.Now()
 	if state == http.StateActive {
-		c.bodyDone, c.answering = false, time.Time{} // a new request: its body is still to come
+		c.bodyDone, c.answering, c.queued = false, time.Time{}, false // a new request: its body is still to come
 	}
 	l.mu.Unlock()
 	if state == http.StateIdle {

@@ -27,6 +27,7 @@ func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
 		return func(c *cappedConn) { c.bodyDone, c.answering = true, ago(d) }
 	}
 	otherHost := func(c *cappedConn) { c.host = "10.0.0.2" }
+	queued := func(c *cappedConn) { c.bodyDone, c.queued = true, true } // body in, waiting for a slot (fails closed)
 	cases := []struct {
 		name    string
 		conns   []*cappedConn
@@ -50,6 +51,10 @@ func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
 		{"a flood's newcomer takes its own silent one, not the API server's older one", []*cappedConn{conn("api", http.StateNew, ago(time.Second), otherHost), conn("flood1", http.StateNew, ago(10*time.Millisecond), nil)}, "flood1", "10.0.0.1"},
 		{"a flood's newcomer never takes the API server's idle connection", []*cappedConn{conn("api", http.StateIdle, ago(time.Minute), otherHost), conn("flood1", http.StateActive, ago(10*time.Millisecond), nil), conn("flood2", http.StateActive, ago(time.Second), judging)}, "", "10.0.0.1"},
 		{"a host holding more than the newcomer's gives up its stuck body", []*cappedConn{conn("api1", http.StateActive, ago(2*time.Second), otherHost), conn("api2", http.StateActive, ago(time.Second), otherHost), conn("flood1", http.StateActive, ago(time.Second), judging)}, "api1", "10.0.0.1"},
+		{"a review queued for a slot, before a silent and an idle one", []*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("silent", http.StateNew, ago(time.Second), nil),
+			conn("queued", http.StateActive, ago(time.Second), queued), conn("judging", http.StateActive, ago(2*time.Second), judging)}, "queued", ""},
+		{"a stuck body before a queued review", []*cappedConn{conn("queued", http.StateActive, ago(time.Second), queued), conn("slow", http.StateActive, ago(time.Second), nil)}, "slow", ""},
+		{"the longest queued of the API server's own", []*cappedConn{conn("q1", http.StateActive, ago(time.Second), queued), conn("q2", http.StateActive, ago(2*time.Second), queued)}, "q2", "10.0.0.1"},
 		{"a host holding as many as the newcomer's keeps its places", []*cappedConn{conn("other", http.StateIdle, ago(time.Minute), otherHost), conn("own", http.StateActive, ago(time.Second), judging)}, "", "10.0.0.1"},
 	}
 	for _, tc := range cases {

@@ -97,6 +97,15 @@ type budgetResult struct {
 	BindingP50, BindingMax   time.Duration
 	BindingPeak              int64
 	BindingFirstError        string
+
+	// The flood of team E: FloodWorkers send, for Window, a dry-run delete of the writer's
+	// RoleBinding (refused, each review listing those bindings) while the armed Pod is sent every
+	// 100 ms: FloodPodN sent, FloodPodAdmitted admitted (through the Pods entry's Ignore).
+	FloodWorkers, FloodSent     int
+	FloodPodN, FloodPodAdmitted int
+	FloodPeak                   int64
+	FloodPodMax                 time.Duration
+	FloodFirstOther             string
 }
 
 // measureBudget sends the worst review alone, then from 50 workers at once while a correct review
@@ -229,6 +238,9 @@ const (
 	bigBindings        = 16
 	bigBindingSubjects = 14000
 	bindingWorkers     = 32
+	// floodWorkers is team E's 150 loops of dry-run deletes, in round numbers: four times the
+	// slots one webhook process judges at once, twice the connections it keeps open.
+	floodWorkers = 128
 	// goalBindingRSS is the chart's memory limit: the namespace admin decides how large the lists
 	// are (up to kubeapi.MaxBindingListBytes each), the webhook shares them among concurrent
 	// reviews, and what matters is that it is never killed for them (a killed webhook fails every
@@ -310,7 +322,77 @@ func (b *bench) measureBindingLists(ctx context.Context, cs kubernetes.Interface
 	if len(times) > 0 {
 		res.BindingP50, res.BindingMax = times[len(times)/2], times[len(times)-1]
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return b.measureFlood(ctx, cs, wh, role.Name, res)
+}
+
+// measureFlood sends, from floodWorkers at once for Window, a dry-run delete of the writer's
+// RoleBinding (of role) under those bindings — refused, since an armed writer could use it, after a review
+// that lists them all — while the armed Pod is sent every 100 ms.
+func (b *bench) measureFlood(ctx context.Context, cs kubernetes.Interface, wh *harness.Webhook, role string, res *budgetResult) error {
+	bindings, err := cs.RbacV1().RoleBindings(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(bindings.Items, func(rb rbacv1.RoleBinding) bool { return rb.RoleRef.Kind == "Role" && rb.RoleRef.Name == role })
+	if i < 0 {
+		return fmt.Errorf("no RoleBinding of Role %s in %s", role, namespace)
+	}
+	target := bindings.Items[i].Name
+	armed, err := armedPod(ctx, cs)
+	if err != nil {
+		return err
+	}
+	b.step("admission budget: %d workers deleting RoleBinding %s (dry run) for %s while an armed Pod is sent every 100 ms", floodWorkers, target, res.Window)
+	if err := resetPeak(wh.PID()); err != nil {
+		return err
+	}
+	res.FloodWorkers = floodWorkers
+	wctx, cancel := context.WithTimeout(ctx, res.Window)
+	defer cancel()
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for range floodWorkers {
+		wg.Go(func() {
+			for wctx.Err() == nil {
+				_ = cs.RbacV1().RoleBindings(namespace).Delete(wctx, target, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+				sent.Add(1)
+			}
+		})
+	}
+	for wctx.Err() == nil {
+		start := time.Now()
+		_, err := cs.CoreV1().Pods(namespace).Create(ctx, armed, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		res.FloodPodN++
+		res.FloodPodMax = max(res.FloodPodMax, time.Since(start))
+		if err == nil {
+			res.FloodPodAdmitted++
+		} else if !strings.Contains(err.Error(), "refusing to arm") && res.FloodFirstOther == "" {
+			res.FloodFirstOther = truncateText(err.Error(), 300)
+		}
+		sleepCtx(wctx, 100*time.Millisecond)
+	}
+	wg.Wait()
+	_, peak, err := procMemory(wh.PID())
+	if err != nil {
+		return err
+	}
+	res.FloodPeak, res.FloodSent = peak, int(sent.Load())
 	return ctx.Err()
+}
+
+// armedPod is a bare Pod the guard must refuse and that fails open: armed, its election off, the
+// default ServiceAccount. It is an error if a dry-run create of it is admitted with no attack.
+func armedPod(ctx context.Context, cs kubernetes.Interface) (*corev1.Pod, error) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-bench-armed-pod", Namespace: namespace},
+		Spec: webhooktest.ReferenceWriter(namespace, webhooktest.Armed()).Spec.Template.Spec}
+	p.Spec.ServiceAccountName = ""
+	if _, err := cs.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+		return nil, errors.New("the armed Pod with the election off and the default ServiceAccount was admitted with no attack: the guard is not in its path")
+	}
+	return p, nil
 }
 
 // configMapReader creates the big ConfigMaps and returns the Deployment that reads them all,
@@ -361,11 +443,9 @@ func (b *bench) measureSlowClients(ctx context.Context, cs kubernetes.Interface,
 	if err != nil {
 		return err
 	}
-	armedPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-bench-armed-pod", Namespace: namespace},
-		Spec: webhooktest.ReferenceWriter(namespace, webhooktest.Armed()).Spec.Template.Spec}
-	armedPod.Spec.ServiceAccountName = ""
-	if _, err := cs.CoreV1().Pods(namespace).Create(ctx, armedPod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
-		return errors.New("the armed Pod with the election off and the default ServiceAccount was admitted with no attack: the guard is not in its path")
+	armed, err := armedPod(ctx, cs)
+	if err != nil {
+		return err
 	}
 	b.step("admission budget: %d hostile connections (a POST claiming %s; half send a byte a second, half 32 KiB every 450 ms) for %s while reviews are timed", res.Slow, mibString(slowClaimedBytes), res.SlowWindow)
 	if err := resetPeak(wh.PID()); err != nil {
@@ -403,7 +483,7 @@ func (b *bench) measureSlowClients(ctx context.Context, cs kubernetes.Interface,
 			}
 		} else {
 			res.SlowPodN++
-			if _, err := cs.CoreV1().Pods(namespace).Create(ctx, armedPod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+			if _, err := cs.CoreV1().Pods(namespace).Create(ctx, armed, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
 				res.SlowPodAdmitted++
 			}
 		}
@@ -557,6 +637,12 @@ func renderBudget(p func(string, ...any), r *budgetResult, err error) {
 		p("| those updates: admitted p50 / max of %d, refused or failed (every one is wrong) | %s / %s, %d | %s |", r.BindingN, dur(r.BindingP50), dur(r.BindingMax), r.BindingRefused,
 			verdict(r.BindingN > 0 && r.BindingRefused == 0, "0 refused"))
 	}
+	if r.FloodWorkers > 0 {
+		p("| %d workers deleting the writer's RoleBinding (dry run, refused) for %s under those bindings, %d sent: peak RSS | %s | %s |",
+			r.FloodWorkers, r.Window, r.FloodSent, mibString(r.FloodPeak), verdict(r.FloodPeak > 0 && r.FloodPeak < goalBindingRSS, "< 128 MiB, the chart's limit"))
+		p("| meanwhile the armed Pod (fails open): admitted of %d, slowest answer %s | %d | %s |", r.FloodPodN, dur(r.FloodPodMax), r.FloodPodAdmitted,
+			verdict(r.FloodPodN > 0 && r.FloodPodAdmitted == 0, "0"))
+	}
 	p("")
 	p("The denial: `%s`", strings.ReplaceAll(r.Denial, "\n", " "))
 	if r.ReaderFirstRefusal != "" {
@@ -566,6 +652,10 @@ func renderBudget(p func(string, ...any), r *budgetResult, err error) {
 	if r.BindingFirstError != "" {
 		p("")
 		p("First refusal of the Role update under the bindings: %s", r.BindingFirstError)
+	}
+	if r.FloodFirstOther != "" {
+		p("")
+		p("First answer to the armed Pod under the flood that was not the guard's refusal: %s", r.FloodFirstOther)
 	}
 	if r.SlowFirstError != "" {
 		p("")

@@ -205,7 +205,9 @@
 // Against an adversary: one review's work is bounded whatever the object says (Policy.MaxShards,
 // MaxConfigMaps, a per-review Budget for resolving environments; above them a too_complex
 // refusal), the transport charges request bodies as they arrive (never by Content-Length), hangs
-// up on a client sending slower than 32 KiB/s and bounds the reviews judged at once, a review
+// up on a client sending slower than 32 KiB/s and bounds the reviews judged at once (a quarter
+// of them kept for the reviews the API server admits when unanswered: Pod creates, cluster RBAC;
+// a review that fails closed and waits for a slot gives up its connection first), a review
 // reads only the ConfigMap keys its containers can make matter within a per-review and
 // per-process byte budget, the request's deadline is honoured, and a panic is recovered into an
 // answer; cmd/webhook caps the connections open at once, and at the cap a new one takes the

@@ -196,7 +196,8 @@
 //     since the webhook started (or one read by GET, not yet in the watch) is not live: retry.
 //   - Environment names (envnames.go). A name is judged as the node that runs the pod matches it:
 //     exactly on a pod certain to run on Linux (spec.os.name: linux, or a kubernetes.io/os=linux
-//     label or nodeSelector, which the kubelet refuses elsewhere), up to ASCII case otherwise,
+//     nodeSelector, which the kubelet refuses elsewhere; not that label, which can be added to a
+//     running pod after the kubelet checked it), up to ASCII case otherwise,
 //     since a Windows process reads noetl_ehdb_fencing as NOETL_EHDB_FENCING. Variants of one name
 //     that differ, or an unreadable source that may set it in any case, make it unknowable; so an
 //     undeclared pod that reads an envFrom Secret beside its election variables cannot be known:

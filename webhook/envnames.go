@@ -19,11 +19,13 @@ import (
 // variants disagree, or that an unreadable source may set in any case, cannot be known.
 //
 // A pod is certain to run on Linux when the kubelet refuses it anywhere else: spec.os.name is
-// linux (rejectPodAdmissionBasedOnOSField), or its kubernetes.io/os label or nodeSelector says
-// linux (rejectPodAdmissionBasedOnOSSelector compares the label with the kubelet's own GOOS; the
-// node-affinity check compares the nodeSelector with the node's label, which the kubelet
-// resets to its GOOS at each status update, so only someone who may edit Nodes can misdirect it,
-// and for seconds). Names are printable ASCII (the API server's IsRelaxedEnvVarName; ConfigMap
+// linux (rejectPodAdmissionBasedOnOSField), or its nodeSelector says kubernetes.io/os: linux (the
+// node-affinity check compares it with the node's label, which the kubelet resets to its GOOS at
+// each status update, so only someone who may edit Nodes can misdirect it, and for seconds). Both
+// are fixed once the pod is bound. A kubernetes.io/os label is not enough: the kubelet compares
+// it with its GOOS only when it admits the pod (rejectPodAdmissionBasedOnOSSelector), and a
+// label can be added to a running pod, whose next container start on Windows then reads
+// noetl_ehdb_fencing as the switch (team F armed one so, with one `kubectl label`). Names are printable ASCII (the API server's IsRelaxedEnvVarName; ConfigMap
 // keys are narrower still), so ASCII case folding is the whole of Windows' rule for them.
 //
 // A value is a C string to the process: execve and the Windows environment block both end it at
@@ -47,8 +49,7 @@ func certainlyLinux(pod *PodContext) bool {
 	if os := pod.Spec.OS; os != nil {
 		return os.Name == corev1.Linux
 	}
-	return pod.Meta.Labels[corev1.LabelOSStable] == string(corev1.Linux) ||
-		pod.Spec.NodeSelector[corev1.LabelOSStable] == string(corev1.Linux)
+	return pod.Spec.NodeSelector[corev1.LabelOSStable] == string(corev1.Linux)
 }
 
 // key is the name as the node compares it.

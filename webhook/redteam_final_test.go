@@ -421,6 +421,10 @@ func TestAPodsLabelsAndAnnotationsAreJudged(t *testing.T) {
 		return func(p *corev1.Pod) { p.Labels = map[string]string{k: v} }
 	}
 	fencing, electionAnn, electionLabel := fromAnnotation("NOETL_EHDB_FENCING", "noetl.io/fencing"), fromAnnotation("NOETL_EHDB_ELECTION", "noetl.io/election"), fromLabel("NOETL_EHDB_ELECTION", "election")
+	lowerFencing := fromLabel("noetl_ehdb_fencing", "f")
+	withoutElection := func(env []corev1.EnvVar) []corev1.EnvVar {
+		return slices.DeleteFunc(env, func(e corev1.EnvVar) bool { return e.Name == "NOETL_EHDB_ELECTION" || e.Name == webhook.EnvFencing })
+	}
 	cases := []struct {
 		name     string
 		old, now *corev1.Pod
@@ -436,6 +440,19 @@ func TestAPodsLabelsAndAnnotationsAreJudged(t *testing.T) {
 		{"a label edit turns an armed Pod's election off",
 			podWith(wt.WriterName+"-0", electionLabel, labelled("election", "true")), podWith(wt.WriterName+"-0", electionLabel, labelled("election", "false")),
 			false, "first set NOETL_EHDB_FENCING=shadow"},
+		// Team F: the edit adds kubernetes.io/os=linux with the armed value. The kubelet checks
+		// that label only when it admits the Pod, so a running Pod may be on Windows still, which
+		// reads noetl_ehdb_fencing as the switch at the container's next start.
+		{"a label edit arms in lower case and claims Linux (was admitted)",
+			podWith(wt.WriterName+"-9", lowerFencing, func(p *corev1.Pod) {
+				p.Labels = map[string]string{"f": "off"}
+				p.Spec.Containers[0].Env = withoutElection(p.Spec.Containers[0].Env)
+			}),
+			podWith(wt.WriterName+"-9", lowerFencing, func(p *corev1.Pod) {
+				p.Labels = map[string]string{"f": "enforce", corev1.LabelOSStable: "linux"}
+				p.Spec.Containers[0].Env = withoutElection(p.Spec.Containers[0].Env)
+			}),
+			false, "election is not enabled"},
 		{"an unrelated annotation edit of an armed Pod", podWith(wt.WriterName+"-0", electionAnn, annotated("noetl.io/election", "true")),
 			podWith(wt.WriterName+"-0", electionAnn, func(p *corev1.Pod) { p.Annotations = map[string]string{"noetl.io/election": "true", "unrelated": "2"} }), true, ""},
 		{"an annotation edit that disarms", podWith(wt.WriterName+"-9", fencing, annotated("noetl.io/fencing", "enforce")),

@@ -52,8 +52,10 @@ func TestTheNodesEnvironmentRules(t *testing.T) {
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
 		{name: "nodeSelector kubernetes.io/os=linux: lower-case enforce is another variable", sts: unelected(append(lowerArmed, selectingLinux)...),
 			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
-		{name: "label kubernetes.io/os=linux: lower-case enforce is another variable", sts: unelected(append(lowerArmed, labelledLinux)...),
-			allowed: true, reason: webhook.ReasonUnarmed, lookups: 0},
+		// Team F: the kubelet checks the label only when it admits the pod, and a label can be
+		// added to a running pod, so it proves nothing (TestAPodsLabelsAndAnnotationsAreJudged).
+		{name: "label kubernetes.io/os=linux: lower-case enforce still counts (was admitted)", sts: unelected(append(lowerArmed, labelledLinux)...),
+			unmet: refusedUnelected, lookups: -1},
 		{name: "spec.os windows wins over a linux nodeSelector", sts: unelected(append(lowerArmed, selectingLinux, onOS(corev1.Windows))...),
 			unmet: refusedUnelected, lookups: -1},
 		{name: "windows: shadow and lower-case enforce side by side cannot be known (was admitted)", sts: offWith(wt.SetEnv("noetl_ehdb_fencing", "enforce"), onOS(corev1.Windows)),

@@ -141,6 +141,33 @@ func TestRedTeamAdoptedWithoutTheOwnersOS(t *testing.T) {
 	}
 }
 
+// TestRedTeamALabelThatClaimsLinux replays red team F of stop 30 on the real API server: a bare
+// Pod without spec.os, its lower-case noetl_ehdb_fencing read from a label (off), no election;
+// then one label edit sets the label to enforce and adds kubernetes.io/os=linux. The guard took
+// the label for proof of Linux, where noetl_ehdb_fencing is another variable, and admitted the
+// edit; but the kubelet checks that label only when it admits the Pod, so on a Windows node the
+// next container start reads the switch as enforce, with no election. Refused now.
+func TestRedTeamALabelThatClaimsLinux(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	pods := rt.cs.CoreV1().Pods(rt.ns)
+	set := rt.writer("oslabel30")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "oslabel30-9", Labels: map[string]string{"f": "off"}}, Spec: *set.Spec.Template.Spec.DeepCopy()}
+	c := &pod.Spec.Containers[0]
+	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "NOETL_EHDB_FENCING" || e.Name == "NOETL_EHDB_ELECTION" })
+	c.Env = append(c.Env, corev1.EnvVar{Name: "noetl_ehdb_fencing", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['f']"}}})
+	pod.Spec.OS, pod.Spec.NodeSelector = nil, nil
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the Pod, its switch off: %v", err)
+	}
+	created.Labels = map[string]string{"f": "enforce", corev1.LabelOSStable: "linux"}
+	_, err = pods.Update(ctx, created, dryUpdate)
+	if err == nil || !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "election is not enabled") {
+		t.Fatalf("the label edit arming it and claiming Linux: %v; want the guard to refuse it (the election is off)", err)
+	}
+}
+
 // TestRedTeamArmedRevisionUnderATemplateWithoutTheSwitch replays red team E of stop 29 (#2) on the
 // real API server: a StatefulSet created armed at replicas 0 (its order check deferred), then one
 // update to replicas 1 under a partition above it, with the fencing variable dropped from its

@@ -342,3 +342,19 @@ func Evaluate(ctx context.Context, r Resolver, in Input, p Policy, now time.Time
 	}
 	return Decide(in, facts, p), lookups
 }
+
+// tooLarge answers a review larger than the guard reads (maxReviewBytes, once the API server's
+// escapes of <, > and & are undone): refused, whatever its kind, with the size in the message.
+// Unanswered, the Pods entry admitted such a Pod unjudged (team G: 1.3 MB of < in one variable).
+func (h *Handler) tooLarge(ctx context.Context, req Request, why error) Response {
+	gvk := schema.GroupVersionKind(req.Kind)
+	kind := KindOther
+	if Known(gvk) || gvk == gvkConfigMap || isRBACKind(gvk) {
+		kind = req.Kind.Kind
+	}
+	h.observe(req, kind, false, ReasonTooComplex, 0)
+	h.logger(ctx).Info("denied: review too large to judge", "reason", ReasonTooComplex, "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name,
+		"operation", req.Operation, "uid", req.UID, "size", why.Error())
+	return errored(http.StatusRequestEntityTooLarge, fmt.Errorf("ehdb-election guard: refusing %s %s/%s: its admission review is %v, more than the %d MiB the guard reads, so what it would run cannot be judged; make it smaller (the API server writes a control character in a value as six bytes)",
+		req.Kind.Kind, req.Namespace, req.Name, why, maxReviewBytes>>20))
+}

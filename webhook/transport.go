@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -168,17 +169,29 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(fmt.Sprintf("Content-Type %q, want application/json", r.Header.Get("Content-Type")), http.StatusBadRequest)
 		return
 	}
-	if r.ContentLength > maxReviewBytes {
-		refuse(fmt.Sprintf("request larger than %d bytes", maxReviewBytes), http.StatusRequestEntityTooLarge)
+	if r.ContentLength > maxWireBytes {
+		refuse(fmt.Sprintf("request larger than %d bytes", maxWireBytes), http.StatusRequestEntityTooLarge)
 		return
 	}
 	ctx, cancel := requestDeadline(r, t.h.LookupTimeout)
 	defer cancel()
 
-	charge := t.budget.charge()
+	most := int64(maxReviewBytes + 1)
+	if r.ContentLength >= 0 {
+		most = min(most, r.ContentLength)
+	}
+	charge := t.budget.charge(most)
 	defer charge.release()
 	body, status, err := readBody(ctx, w, r, charge)
-	if err != nil {
+	var large Request
+	switch {
+	case errors.Is(err, errReviewTooLarge):
+		var ok bool
+		if large, ok = reviewPrefix(body); !ok {
+			refuse(err.Error(), status)
+			return
+		}
+	case err != nil:
 		refuse(err.Error(), status)
 		return
 	}
@@ -200,20 +213,25 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = answer(func() error { http.Error(w, msg, code); return nil })
 	}
 
-	req, err := decodeReview(body)
-	if err != nil {
-		plain("malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
-		return
+	var req Request
+	var resp Response
+	if large.UID != "" {
+		req, resp = large, t.h.tooLarge(ctx, large, err)
+	} else {
+		if req, err = decodeReview(body); err != nil {
+			plain("malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		release, ok := t.slot(ctx, req)
+		if !ok {
+			plain(fmt.Sprintf("the guard is working on %d reviews already; try again", t.limit), http.StatusTooManyRequests)
+			return
+		}
+		resp = t.h.Handle(ctx, req)
+		// Judged: the slot and the body's budget are free before the answer is written, so a
+		// client that does not read it holds neither.
+		release()
 	}
-	release, ok := t.slot(ctx, req)
-	if !ok {
-		plain(fmt.Sprintf("the guard is working on %d reviews already; try again", t.limit), http.StatusTooManyRequests)
-		return
-	}
-	resp := t.h.Handle(ctx, req)
-	// Judged: the slot and the body's budget are free before the answer is written, so a client
-	// that does not read it holds neither.
-	release()
 	uid := req.UID
 	charge.release()
 	resp.UID = uid
@@ -268,9 +286,12 @@ func (t *transport) slot(ctx context.Context, r Request) (release func(), ok boo
 	return func() { <-t.slots; <-t.closed }, true
 }
 
-// readBody reads the whole body, charging every chunk to the budget before reading it and
-// requiring each within bodyChunkTimeout (where the connection supports read deadlines). The
-// status goes with the error: 408 too slow, 413 too large, 429 no budget before the deadline.
+// readBody reads the whole body through htmlUnescaper, charging every chunk to the budget before
+// reading it and requiring each within bodyChunkTimeout (where the connection supports read
+// deadlines). The status goes with the error: 408 too slow, 413 too large, 429 no budget before
+// the deadline. A body over maxReviewBytes once unescaped is read to its end (up to
+// maxWireBytes, kept no further than its first reviewPrefixBytes, which it returns with
+// errReviewTooLarge), so that it can be answered.
 func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charge *bodyCharge) ([]byte, int, error) {
 	rc := http.NewResponseController(w)
 	deadlines := rc.SetReadDeadline(time.Time{}) == nil
@@ -279,22 +300,7 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 			_ = rc.SetReadDeadline(time.Time{})
 		}
 	}()
-	// Grown as the body arrives: a Content-Length is a claim, never an allocation.
-	var body []byte
-	for {
-		n := bodyChunk
-		if r.ContentLength >= 0 {
-			n = min(n, int(r.ContentLength)-len(body))
-			if n == 0 {
-				break
-			}
-		}
-		if len(body)+n > maxReviewBytes+1 {
-			n = maxReviewBytes + 1 - len(body)
-		}
-		if err := charge.acquire(ctx, n); err != nil {
-			return nil, http.StatusTooManyRequests, errors.New("the guard holds as many request bodies as it may; try again")
-		}
+	keepUp := func() {
 		if deadlines {
 			dl := time.Now().Add(bodyChunkTimeout)
 			if d, ok := ctx.Deadline(); ok && d.Before(dl) {
@@ -302,24 +308,152 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 			}
 			_ = rc.SetReadDeadline(dl)
 		}
+	}
+	src := newHTMLUnescaper(r.Body)
+	// Grown as the body arrives: a Content-Length is a claim, never an allocation.
+	var body []byte
+	for {
+		// A chunk is charged no further than the body can reach (its Content-Length): a charge for
+		// bytes that cannot come, made while waiting only for the body's end, would queue behind
+		// bodies waiting for the whole pool.
+		n := min(bodyChunk, maxReviewBytes+1-len(body))
+		charged := min(n, int(charge.most)-len(body))
+		if err := charge.acquire(ctx, charged); err != nil {
+			return nil, http.StatusTooManyRequests, errors.New("the guard holds as many request bodies as it may; try again")
+		}
+		keepUp()
 		if cap(body)-len(body) < n {
 			body = append(body[:len(body):len(body)], make([]byte, n)...)[:len(body)]
 		}
-		got, err := io.ReadFull(r.Body, body[len(body):len(body)+n])
+		got, err := readChunk(src, body[len(body):len(body)+n])
 		body = body[:len(body)+got]
-		charge.refund(n - got)
+		if got > charged { // more than the Content-Length said: net/http never lets it through
+			return nil, http.StatusBadRequest, errors.New("the body is longer than its Content-Length")
+		}
+		charge.refund(charged - got)
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return nil, http.StatusRequestTimeout, fmt.Errorf("the body arrives slower than %d KiB/s (%d bytes in)", bodyChunk>>10, len(body))
 		case len(body) > maxReviewBytes:
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request larger than %d bytes", maxReviewBytes)
-		case r.ContentLength < 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
+			return drainLarge(src, keepUp, append([]byte(nil), body[:reviewPrefixBytes]...))
+		case errors.Is(err, io.EOF):
+			charge.done()
 			return body, 0, nil
 		case err != nil:
 			return nil, http.StatusBadRequest, fmt.Errorf("reading the request: %w", err)
 		}
 	}
-	return body, 0, nil
+}
+
+// readChunk fills p from r, or reads until r's first error, which it returns as it is (io.EOF:
+// the body ended).
+func readChunk(r io.Reader, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := r.Read(p[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// errReviewTooLarge: the review is larger than the guard judges.
+var errReviewTooLarge = errors.New("too large")
+
+// reviewPrefixBytes is how much of a review too large to judge is kept to answer it: the API
+// server writes the request's uid, kind, name, namespace and operation before its objects.
+const reviewPrefixBytes = 64 << 10
+
+// maxWireBytes bounds what is read of a review too large to judge: more than the API server
+// sends (a 3 MiB request body as the object, escaped six-fold, and an old object of 1.5 MiB,
+// etcd's limit, so).
+const maxWireBytes = 64 << 20
+
+// drainLarge reads what is left of a body too large to judge and discards it, and returns its
+// prefix (the body's first reviewPrefixBytes) with errReviewTooLarge, or 413 when even the wire's
+// bound is passed.
+func drainLarge(src io.Reader, keepUp func(), body []byte) ([]byte, int, error) {
+	total := int64(maxReviewBytes + 1)
+	buf := make([]byte, bodyChunk)
+	for {
+		keepUp()
+		got, err := readChunk(src, buf)
+		total += int64(got)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, http.StatusRequestTimeout, fmt.Errorf("the body arrives slower than %d KiB/s (%d bytes in)", bodyChunk>>10, total)
+		case total > maxWireBytes:
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request larger than %d bytes", maxWireBytes)
+		case errors.Is(err, io.EOF):
+			return body, http.StatusRequestEntityTooLarge,
+				fmt.Errorf("%w: %d bytes, with <, > and & unescaped", errReviewTooLarge, total)
+		case err != nil:
+			return nil, http.StatusBadRequest, fmt.Errorf("reading the request: %w", err)
+		}
+	}
+}
+
+// reviewPrefix decodes what the prefix of an AdmissionReview says of its request before the
+// objects (uid, kind, resource, name, namespace, operation); ok is false when it does not say
+// them all.
+func reviewPrefix(prefix []byte) (Request, bool) {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	var r admissionv1.AdmissionRequest
+	var apiVersion, kind string
+	inRequest := false
+	for depth := 0; ; {
+		tok, err := dec.Token()
+		if err != nil {
+			return Request{}, false
+		}
+		switch tok {
+		case json.Delim('{'):
+			depth++
+			continue
+		case json.Delim('}'):
+			return Request{}, false
+		}
+		key, isKey := tok.(string)
+		if !isKey {
+			return Request{}, false
+		}
+		var err2 error
+		switch {
+		case depth == 1 && key == "request":
+			inRequest = true
+			continue
+		case depth == 1 && key == "apiVersion":
+			err2 = dec.Decode(&apiVersion)
+		case depth == 1 && key == "kind":
+			err2 = dec.Decode(&kind)
+		case !inRequest:
+			err2 = dec.Decode(&json.RawMessage{})
+		case key == "object" || key == "oldObject":
+			ok := apiVersion == "admission.k8s.io/v1" && kind == "AdmissionReview" && r.UID != "" && r.Kind.Kind != "" && r.Operation != ""
+			return Request{AdmissionRequest: r}, ok
+		case key == "uid":
+			err2 = dec.Decode(&r.UID)
+		case key == "kind":
+			err2 = dec.Decode(&r.Kind)
+		case key == "resource":
+			err2 = dec.Decode(&r.Resource)
+		case key == "subResource":
+			err2 = dec.Decode(&r.SubResource)
+		case key == "name":
+			err2 = dec.Decode(&r.Name)
+		case key == "namespace":
+			err2 = dec.Decode(&r.Namespace)
+		case key == "operation":
+			err2 = dec.Decode(&r.Operation)
+		default:
+			err2 = dec.Decode(&json.RawMessage{})
+		}
+		if err2 != nil {
+			return Request{}, false
+		}
+	}
 }
 
 // decodeReview decodes an admission.k8s.io/v1 AdmissionReview with a request, case-sensitively

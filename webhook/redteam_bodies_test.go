@@ -1,0 +1,121 @@
+package webhook_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/noetl/ehdb-election/webhook"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
+)
+
+// paddedPod is an armed bare Pod with its election off (refused whenever it is judged) and a
+// variable of n copies of pad, as the API server sends it: encoding/json writes <, > and & as
+// six bytes each, a control character too.
+func paddedPod(t testing.TB, pad string, n int) []byte {
+	t.Helper()
+	p := barePod(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION", "false"))...), "noetl-cmdbus-writer-0")
+	p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "PAD", Value: strings.Repeat(pad, n)})
+	return wt.Review(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, p, nil)
+}
+
+// Team G: a Pod whose review is larger than the guard reads only because the API server escapes
+// its < six-fold was answered HTTP 413, and the Pods entry's Ignore admitted it armed; a review
+// larger than the guard reads in any case is refused now, not left to the failure policy.
+func TestReviewsLargeOnlyByTheirEscapesAreJudged(t *testing.T) {
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}}))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		name  string
+		body  []byte
+		code  int32
+		words []string
+	}{
+		{"1.3 MB of < in a variable (7.8 MB escaped; was HTTP 413, so admitted)", paddedPod(t, "<", 1_300_000), http.StatusForbidden, []string{"election is not enabled"}},
+		{"the same in &", paddedPod(t, "&", 1_300_000), http.StatusForbidden, []string{"election is not enabled"}},
+		{"1.3 MB of a control character (7.8 MB, which no unescaping shortens)", paddedPod(t, "\x01", 1_300_000), http.StatusRequestEntityTooLarge,
+			[]string{"more than the 7 MiB the guard reads", "refusing Pod noetl/"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.body) <= 7<<20 {
+				t.Fatalf("the review is %d bytes, not over the 7 MiB it is to exceed", len(tc.body))
+			}
+			code, out, raw := post(t, srv.URL+"?timeout=10s", "application/json", tc.body)
+			if code != http.StatusOK || out.Response == nil || out.Response.Allowed || out.Response.Result.Code != tc.code {
+				t.Fatalf("HTTP %d %.300s; want an answer refusing it with code %d", code, raw, tc.code)
+			}
+			for _, w := range tc.words {
+				if !strings.Contains(out.Response.Result.Message, w) {
+					t.Errorf("the refusal does not say %q: %s", w, out.Response.Result.Message)
+				}
+			}
+		})
+	}
+}
+
+// Team G: six large reviews at once (6.9 MB each, escaped) each took part of the pool for large
+// bodies, chunk by chunk, and waited for the rest until their deadline: all six got HTTP 429 and
+// the API server admitted every Pod. A body now takes all it can need at once, in turn.
+func TestLargeBodiesAtOnceAreEachJudged(t *testing.T) {
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}}))
+	t.Cleanup(srv.Close)
+	body := paddedPod(t, "x", 3<<20) // 3 MiB: four of them cost more than the pool holds
+	var wg sync.WaitGroup
+	codes := make([]string, 6)
+	start := time.Now()
+	for i := range codes {
+		// Each sent as the API server's client would under load: in pieces, all six bodies
+		// arriving side by side (fast enough never to be hung up on).
+		pr, pw := io.Pipe()
+		go func() {
+			for off := 0; off < len(body); off += 256 << 10 {
+				if _, err := pw.Write(body[off:min(off+256<<10, len(body))]); err != nil {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			pw.Close()
+		}()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"?timeout=10s", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = int64(len(body))
+		req.Header.Set("Content-Type", "application/json")
+		wg.Go(func() {
+			defer pr.Close()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes[i] = err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			var out admissionv1.AdmissionReview
+			_ = json.Unmarshal(raw, &out)
+			switch {
+			case resp.StatusCode != http.StatusOK:
+				codes[i] = resp.Status + " " + string(raw)
+			case out.Response == nil || out.Response.Allowed:
+				codes[i] = "allowed"
+			default:
+				codes[i] = "refused"
+			}
+		})
+	}
+	wg.Wait()
+	for _, c := range codes {
+		if c != "refused" {
+			t.Fatalf("six reviews of 3 MiB at once, answered in %s: %q; want each judged and refused", time.Since(start).Round(time.Millisecond), codes)
+		}
+	}
+}

@@ -358,3 +358,18 @@ func (h *Handler) tooLarge(ctx context.Context, req Request, why error) Response
 	return errored(http.StatusRequestEntityTooLarge, fmt.Errorf("ehdb-election guard: refusing %s %s/%s: its admission review is %v, more than the %d MiB the guard reads, so what it would run cannot be judged; make it smaller (the API server writes a control character in a value as six bytes)",
 		req.Kind.Kind, req.Namespace, req.Name, why, maxReviewBytes>>20))
 }
+
+// tooBusy answers a review that waited until its deadline while its own requester held its
+// whole share of the slots (slots.go): refused, for the requester to retry, rather than left to
+// the entry's failure policy, which admits a Pod.
+func (h *Handler) tooBusy(ctx context.Context, req Request, who string, share int) Response {
+	gvk := schema.GroupVersionKind(req.Kind)
+	kind := KindOther
+	if Known(gvk) || gvk == gvkConfigMap || isRBACKind(gvk) {
+		kind = req.Kind.Kind
+	}
+	h.observe(req, kind, false, ReasonTooComplex, 0)
+	h.logger(ctx).Info("denied: its requester's reviews hold their share", "reason", ReasonTooComplex, "requester", who, "kind", req.Kind.Kind,
+		"namespace", req.Namespace, "name", req.Name, "operation", req.Operation, "uid", req.UID)
+	return errored(http.StatusTooManyRequests, fmt.Errorf("ehdb-election guard: not judged in time: %s has %d reviews being judged already, its share; try again", who, share))
+}

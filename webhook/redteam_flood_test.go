@@ -2,6 +2,8 @@ package webhook_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -45,8 +47,23 @@ func (s *slowBindings) count() int {
 	return s.held
 }
 
+// asUser is body, an AdmissionReview, as sent for user.
+func asUser(t testing.TB, body []byte, user string) []byte {
+	t.Helper()
+	var rv admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &rv); err != nil {
+		t.Fatal(err)
+	}
+	rv.Request.UserInfo.Username = user
+	out, err := json.Marshal(rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // TestHeavyReviewsLeavePodsTheirSlots (team E #3, team 26 D B1): reviews whose entry fails closed
-// (RBAC, workloads, ConfigMaps) cannot take every slot, so a Pod review — which the API server
+// (RBAC, workloads, ConfigMaps), however many requesters send them, cannot take every slot, so a Pod review — which the API server
 // admits unjudged when it is not answered — is judged while a flood of heavy RBAC reviews holds
 // all the slots they may. Before, the flood's dry-run RoleBinding deletes held all 32 and armed
 // Pods were admitted through the Pods entry's Ignore.
@@ -65,7 +82,7 @@ func TestHeavyReviewsLeavePodsTheirSlots(t *testing.T) {
 		flood.Add(1)
 		go func() {
 			defer flood.Done()
-			resp, err := http.Post(srv.URL+"?timeout=10s", "application/json", strings.NewReader(string(heavy)))
+			resp, err := http.Post(srv.URL+"?timeout=10s", "application/json", strings.NewReader(string(asUser(t, heavy, fmt.Sprintf("flooder-%d", i)))))
 			if err != nil {
 				t.Error(err)
 				return
@@ -91,12 +108,99 @@ func TestHeavyReviewsLeavePodsTheirSlots(t *testing.T) {
 
 	armed := pod(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION", "false"))...), "noetl-cmdbus-writer-0")
 	armed.OwnerReferences = nil
-	code, out, raw := post(t, srv.URL+"?timeout=1s", "application/json", wt.Review(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, armed, nil))
+	code, out, raw := post(t, srv.URL+"?timeout=1s", "application/json",
+		asUser(t, wt.Review(t, admissionv1.Create, metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, armed, nil), "system:serviceaccount:kube-system:statefulset-controller"))
 	if code != http.StatusOK || out.Response == nil || out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "NOETL_EHDB_ELECTION") {
 		t.Fatalf("an armed Pod with its election off, beside %d heavy RBAC reviews (%d of them held): HTTP %d %s; want it judged and refused, not left to the entry's Ignore",
 			len(codes), cluster.count(), code, raw)
 	}
 	if held := cluster.count(); held > limit-1 {
 		t.Fatalf("heavy reviews hold %d of %d slots, want at most %d", held, limit, limit-1)
+	}
+}
+
+// slowConfigMaps is r, except that every lookup that reads ConfigMaps is held until released or
+// its deadline: a flood's heavy Pods, each reading 32 ConfigMaps of 1 MB (team G).
+type slowConfigMaps struct {
+	*wt.Resolver
+	release chan struct{}
+}
+
+func (s *slowConfigMaps) Resolve(ctx context.Context, q webhook.Query) *webhook.Facts {
+	if len(q.ConfigMaps) > 0 {
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+		}
+	}
+	return s.Resolver.Resolve(ctx, q)
+}
+
+// TestOneRequestersFloodWaitsBehindItself (team G #3, #4): a namespace admin's flood of heavy Pod
+// reviews (each reading ConfigMaps the guard is slow to read) held every slot, so another
+// requester's light armed Pod waited until its deadline and the Pods entry's Ignore admitted it.
+// One requester now holds at most an eighth of the slots: the other's Pod is judged at once, and
+// the flood's reviews that wait past their deadline behind their own are refused, not admitted.
+func TestOneRequestersFloodWaitsBehindItself(t *testing.T) {
+	cluster := &slowConfigMaps{Resolver: goodCluster(), release: make(chan struct{})}
+	cluster.ConfigMaps = map[string]map[string]string{"flags": {"LOG_LEVEL": "info"}}
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, LookupTimeout: 10 * time.Second}))
+	t.Cleanup(srv.Close)
+	podKind := metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	heavy := barePod(sts(append(compliant(), envFrom(cmEnvFrom("flags", "")))...), "noetl-cmdbus-writer-0")
+	heavyBody := asUser(t, wt.Review(t, admissionv1.Create, podKind, heavy, nil), "mallory")
+
+	type answer struct {
+		code    int
+		allowed bool
+		status  int32
+	}
+	send := func(body []byte, timeout string) answer {
+		resp, err := http.Post(srv.URL+"?timeout="+timeout, "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			return answer{code: -1}
+		}
+		defer resp.Body.Close()
+		var rv admissionv1.AdmissionReview
+		_ = json.NewDecoder(resp.Body).Decode(&rv)
+		if rv.Response == nil {
+			return answer{code: resp.StatusCode}
+		}
+		return answer{resp.StatusCode, rv.Response.Allowed, rv.Response.Result.Code}
+	}
+	var flood, over sync.WaitGroup
+	excess := make([]answer, 36)
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(cluster.release)
+		}
+		flood.Wait()
+		over.Wait()
+	})
+	for range 4 { // mallory's share, held
+		flood.Go(func() { send(heavyBody, "10s") })
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i := range excess {
+		over.Go(func() { excess[i] = send(heavyBody, "3s") })
+	}
+	time.Sleep(200 * time.Millisecond)
+
+	light := barePod(sts(append(compliant(), wt.SetEnv("NOETL_EHDB_ELECTION", "false"))...), "noetl-cmdbus-writer-1")
+	code, out, raw := post(t, srv.URL+"?timeout=1s", "application/json",
+		asUser(t, wt.Review(t, admissionv1.Create, podKind, light, nil), "system:serviceaccount:kube-system:statefulset-controller"))
+	if code != http.StatusOK || out.Response == nil || out.Response.Allowed || !strings.Contains(out.Response.Result.Message, "NOETL_EHDB_ELECTION") {
+		t.Fatalf("another requester's armed Pod, its election off, beside mallory's 40 heavy Pods: HTTP %d %.300s; want it judged and refused", code, raw)
+	}
+	// The excess waits behind mallory's own share until its deadline: refused, none admitted.
+	over.Wait()
+	close(cluster.release)
+	released = true
+	flood.Wait()
+	for _, a := range excess {
+		if a.code != http.StatusOK || a.allowed || a.status != http.StatusTooManyRequests {
+			t.Fatalf("mallory's Pods past her share: %+v; want each refused (code 429 in the answer), none left to the entry's Ignore", excess)
+		}
 	}
 }

@@ -2,11 +2,13 @@ package webhook_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,8 +78,11 @@ func TestHandlerBoundsReviewsInFlight(t *testing.T) {
 	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: b, Policy: webhook.Policy{RequireLiveLease: true}, MaxInFlight: 4, LookupTimeout: 2 * time.Second}))
 	t.Cleanup(srv.Close)
 	body := wt.Review(t, admissionv1.Create, stsKind, sts(compliant()...), nil)
+	var sent atomic.Int32
 	send := func(timeout string) int {
-		resp, err := http.Post(srv.URL+"?timeout="+timeout, "application/json", strings.NewReader(string(body)))
+		// Each from a requester of its own: one requester holds at most an eighth (slots.go).
+		b := asUser(t, body, fmt.Sprintf("user-%d", sent.Add(1)))
+		resp, err := http.Post(srv.URL+"?timeout="+timeout, "application/json", strings.NewReader(string(b)))
 		if err != nil {
 			t.Error(err)
 			return 0

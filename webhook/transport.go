@@ -14,7 +14,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjson "sigs.k8s.io/json"
 )
 
@@ -59,9 +58,10 @@ const (
 	PhaseAnswering
 	// PhaseAnswered: the answer has been written and flushed.
 	PhaseAnswered
-	// PhaseQueued: the review fails closed when unanswered (failsOpen) and waits for a slot. Its
-	// connection may give up its place to a new one: closed, it costs the review what its
-	// deadline would (a refusal), and the newcomer may carry a Pod review, which fails open.
+	// PhaseQueued: the review fails closed when unanswered (failsOpen) and waits for a slot
+	// while its requester holds one already (slots.go). Its connection may give up its place to a
+	// new one: closed, it costs the review what its deadline would (a refusal), its requester is
+	// being served, and the newcomer may carry another's Pod review, which fails open.
 	PhaseQueued
 	// PhaseJudging: the review has its slot.
 	PhaseJudging
@@ -110,46 +110,14 @@ func NewHTTPHandler(h *Handler) http.Handler {
 	if conns <= 0 {
 		conns = DefaultMaxConnections
 	}
-	return &transport{h: h, limit: limit, slots: make(chan struct{}, limit), closed: make(chan struct{}, limit-failOpenReserve(limit)),
-		budget: newBodyBudget(int64(conns)*decodeFactor*smallBody, largePool)}
+	return &transport{h: h, limit: limit, slots: newSlots(limit), budget: newBodyBudget(int64(conns)*decodeFactor*smallBody, largePool)}
 }
 
 type transport struct {
-	h     *Handler
-	limit int
-	// slots bounds every review judged at once; closed, the reviews whose entry fails closed,
-	// so that failOpenReserve(limit) slots stay free for the reviews that fail open.
-	slots  chan struct{}
-	closed chan struct{}
+	h      *Handler
+	limit  int
+	slots  *slots
 	budget *bodyBudget
-}
-
-// failOpenReserve is how many of limit slots only reviews that fail open may take: a quarter.
-// The API server admits a Pod whose review is not answered (the chart's Pods entry is Ignore, so
-// that a guard outage never stops a crashed writer's replacement), and so a cluster-scoped RBAC
-// change (its entry is Ignore, so that a guard outage never locks out cluster admins). Every other
-// review is refused when unanswered, so a flood of them — a namespace admin's dry-run RoleBinding
-// deletes naming 200,000 accounts, each review seconds of work (team E) — costs only themselves:
-// it can hold the other slots, never these, and a Pod review is judged beside it instead of
-// admitted through Ignore.
-func failOpenReserve(limit int) int {
-	return limit / 4
-}
-
-// failsOpen reports whether the API server admits r when the guard does not answer it, with the
-// chart's failure policies (webhook.failurePolicy.pods and .clusterRBAC, both Ignore by
-// default): a Pod created, a ClusterRole or ClusterRoleBinding changed.
-func failsOpen(r Request) bool {
-	if r.SubResource != "" {
-		return false
-	}
-	switch schema.GroupVersionKind(r.Kind) {
-	case gvkPod:
-		return r.Operation == admissionv1.Create
-	case gvkClusterRole, gvkClusterRoleBinding:
-		return true
-	}
-	return false
 }
 
 func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -222,15 +190,24 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			plain("malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		release, ok := t.slot(ctx, req)
-		if !ok {
+		who := requesterOf(req.UserInfo)
+		queued := false
+		release, ok, busy := t.slots.acquire(ctx, who, failsOpen(req), func() { queued = true; reached(ctx, PhaseQueued) })
+		switch {
+		case !ok && busy:
+			resp = t.h.tooBusy(ctx, req, who, t.slots.share)
+		case !ok:
 			plain(fmt.Sprintf("the guard is working on %d reviews already; try again", t.limit), http.StatusTooManyRequests)
 			return
+		default:
+			if queued {
+				reached(ctx, PhaseJudging)
+			}
+			resp = t.h.Handle(ctx, req)
+			// Judged: the slot and the body's budget are free before the answer is written, so
+			// a client that does not read it holds neither.
+			release()
 		}
-		resp = t.h.Handle(ctx, req)
-		// Judged: the slot and the body's budget are free before the answer is written, so a
-		// client that does not read it holds neither.
-		release()
 	}
 	uid := req.UID
 	charge.release()
@@ -240,50 +217,6 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := answer(func() error { return json.NewEncoder(w).Encode(out) }); err != nil {
 		t.h.logger(ctx).Info("could not write the answer", "error", err.Error(), "uid", uid)
 	}
-}
-
-// slot waits until ctx ends for a slot to judge r in (failOpenReserve), and returns its release.
-// A review that fails closed and finds none free says so (PhaseQueued): its connection is then
-// the first a connection cap may close for a newcomer's.
-func (t *transport) slot(ctx context.Context, r Request) (release func(), ok bool) {
-	if failsOpen(r) {
-		select {
-		case t.slots <- struct{}{}:
-			return func() { <-t.slots }, true
-		case <-ctx.Done():
-			return nil, false
-		}
-	}
-	take := func() bool {
-		select {
-		case t.closed <- struct{}{}:
-		default:
-			return false
-		}
-		select {
-		case t.slots <- struct{}{}:
-			return true
-		default:
-			<-t.closed
-			return false
-		}
-	}
-	if !take() {
-		reached(ctx, PhaseQueued)
-		select {
-		case t.closed <- struct{}{}:
-		case <-ctx.Done():
-			return nil, false
-		}
-		select {
-		case t.slots <- struct{}{}:
-		case <-ctx.Done():
-			<-t.closed
-			return nil, false
-		}
-		reached(ctx, PhaseJudging)
-	}
-	return func() { <-t.slots; <-t.closed }, true
 }
 
 // readBody reads the whole body through htmlUnescaper, charging every chunk to the budget before

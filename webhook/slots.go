@@ -17,18 +17,17 @@ import (
 //     hold at most limit − failOpenReserve(limit) slots, so the rest are always left for those it
 //     admits (Pod creates, cluster RBAC): a flood of heavy dry runs (team E's RoleBinding deletes,
 //     each listing 200,000 made-up accounts) costs only those dry runs.
-//   - Every requester (a user; the ServiceAccounts of one namespace together, since whoever
-//     administers it can make more of them) holds at most perRequester(limit) slots, and a free
-//     slot goes to the waiting review whose requester holds the fewest, first come first served
-//     among equals. So one requester's flood — a namespace admin's heavy Pods, reading 32
-//     ConfigMaps of 1 MB each (team G) — waits behind itself, and another requester's review (the
-//     StatefulSet controller's Pod, a cluster admin's edit) is judged next. A review that waits
-//     until its deadline while its own requester holds its share is refused (tooBusy), never left
-//     to the failure policy: its requester's load, not the guard's, kept it waiting.
+//   - A free slot goes to the waiting review whose requester (a user; the ServiceAccounts of one
+//     namespace together, since whoever administers it can make more of them) holds the fewest,
+//     first come first served among equals. A requester alone may take every slot, but one
+//     requester's flood — a namespace admin's heavy Pods, reading 32 ConfigMaps of 1 MB each
+//     (team G) — waits behind itself: another requester's review (the StatefulSet controller's
+//     Pod, a cluster admin's edit) takes the next slot that frees. A review that waits until its
+//     deadline while its own requester holds perRequester(limit) slots or more is refused
+//     (tooBusy), never left to the failure policy: its requester's load kept it waiting.
 
-// perRequester is how many slots one requester may hold: an eighth, so that one requester's
-// reviews keep at most half of the ConfigMap streams and bytes a process reads at once
-// (maxConfigMapStreams, processKeptBytes) while each review may keep a whole share.
+// perRequester is how many slots a requester holds when its own load is what keeps its next
+// review waiting: an eighth.
 func perRequester(limit int) int { return max(1, limit/8) }
 
 // failOpenReserve is how many of limit slots only reviews that fail open may take: a quarter.
@@ -155,7 +154,7 @@ func (s *slots) dispatch() {
 	for s.held < s.limit {
 		best := -1
 		for i, w := range s.waiting {
-			if s.by[w.who] >= s.share || !w.failOpen && s.closed >= s.closedLimit {
+			if !w.failOpen && s.closed >= s.closedLimit {
 				continue
 			}
 			if best < 0 || s.by[w.who] < s.by[s.waiting[best].who] {

@@ -66,11 +66,14 @@ func TestReviewsLargeOnlyByTheirEscapesAreJudged(t *testing.T) {
 // bodies, chunk by chunk, and waited for the rest until their deadline: all six got HTTP 429 and
 // the API server admitted every Pod. A body now takes all it can need at once, in turn.
 func TestLargeBodiesAtOnceAreEachJudged(t *testing.T) {
-	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}}))
+	srv := httptest.NewServer(webhook.NewHTTPHandler(&webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}, LookupTimeout: 10 * time.Second}))
 	t.Cleanup(srv.Close)
-	body := paddedPod(t, "x", 3<<20) // 3 MiB: four of them cost more than the pool holds
+	body := paddedPod(t, "x", 3<<19) // 1.5 MiB: six of them cost more than the pool holds
 	var wg sync.WaitGroup
 	codes := make([]string, 6)
+	if 6*4*len(body) <= 28<<20 {
+		t.Fatalf("six bodies of %d bytes fit the pool", len(body))
+	}
 	start := time.Now()
 	for i := range codes {
 		// Each sent as the API server's client would under load: in pieces, all six bodies
@@ -115,7 +118,7 @@ func TestLargeBodiesAtOnceAreEachJudged(t *testing.T) {
 	wg.Wait()
 	for _, c := range codes {
 		if c != "refused" {
-			t.Fatalf("six reviews of 3 MiB at once, answered in %s: %q; want each judged and refused", time.Since(start).Round(time.Millisecond), codes)
+			t.Fatalf("six reviews of 1.5 MiB at once, answered in %s: %q; want each judged and refused", time.Since(start).Round(time.Millisecond), codes)
 		}
 	}
 }

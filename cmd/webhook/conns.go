@@ -16,14 +16,16 @@ import (
 // place of one that is doing nothing the API server would do. Only a client address holding more
 // connections than the newcomer's, or the newcomer's own, gives one up, so a flood from one
 // address churns through its own places and never the API server's; of those, in this order:
+//   - the one whose review waits longest for a slot behind its own requester's, if the API
+//     server refuses that review when it is not answered (webhook.PhaseQueued): closing it costs
+//     the review what its deadline would, while the newcomer may carry another's Pod review, which
+//     the API server admits unjudged when it cannot reach the guard. Heavy reviews through the API
+//     server (a namespace admin's dry runs, team E) otherwise held every place, queued behind
+//     their slots, and Pods failed open. They go before stuck ones: on a webhook starved of CPU
+//     the API server's own bodies can look stuck (the bench's flood closed a Pod review's);
 //   - the one whose request has waited on its client longest: a body arriving for more than
 //     bodyGrace (the API server sends a review in one write), or an answer unread for more than
 //     answerGrace (the API server reads it at once);
-//   - the one whose review waits longest for a slot, if the API server refuses that review when
-//     it is not answered (webhook.PhaseQueued): closing it costs the review what its deadline
-//     would, while the newcomer may carry a Pod review, which the API server admits unjudged when
-//     it cannot reach the guard. Heavy reviews through the API server (a namespace admin's dry
-//     runs, team E) otherwise held every place, queued behind their slots, and Pods failed open;
 //   - a new one that has sent no request yet, of the client address holding the most
 //     connections, the oldest: the API server sends its request as soon as its TLS handshake is done, so only
 //     a flood of connects faster than max per handshake could catch one of its own;
@@ -161,7 +163,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 // detector saw the review reset 1 ms after it connected, and the API server does not retry a
 // POST that was reset. Now such a flood can take places only from itself, and a host holding
 // fewer connections than the newcomer's is never a victim. Among the hosts that may give one up,
-// stuck connections go first, then queued ones, then silent ones, then idle ones; of each, the
+// queued connections go first, then stuck ones, then silent ones, then idle ones; of each, the
 // busiest host's oldest, so one client's flood costs its own connections, not the API server's, even when the
 // webhook is too starved of CPU to read a body within bodyGrace.
 func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
@@ -185,10 +187,10 @@ func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
 			idle = append(idle, c)
 		}
 	}
-	if c := oldestOfBusiest(stuck, held, (*cappedConn).stuckSince); c != nil {
+	if c := oldestOfBusiest(queued, held, func(c *cappedConn) time.Time { return c.since }); c != nil {
 		return c
 	}
-	if c := oldestOfBusiest(queued, held, func(c *cappedConn) time.Time { return c.since }); c != nil {
+	if c := oldestOfBusiest(stuck, held, (*cappedConn).stuckSince); c != nil {
 		return c
 	}
 	if c := oldestOfBusiest(silent, held, func(c *cappedConn) time.Time { return c.opened }); c != nil {

@@ -53,7 +53,7 @@ func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
 		{"a host holding more than the newcomer's gives up its stuck body", []*cappedConn{conn("api1", http.StateActive, ago(2*time.Second), otherHost), conn("api2", http.StateActive, ago(time.Second), otherHost), conn("flood1", http.StateActive, ago(time.Second), judging)}, "api1", "10.0.0.1"},
 		{"a review queued for a slot, before a silent and an idle one", []*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("silent", http.StateNew, ago(time.Second), nil),
 			conn("queued", http.StateActive, ago(time.Second), queued), conn("judging", http.StateActive, ago(2*time.Second), judging)}, "queued", ""},
-		{"a stuck body before a queued review", []*cappedConn{conn("queued", http.StateActive, ago(time.Second), queued), conn("slow", http.StateActive, ago(time.Second), nil)}, "slow", ""},
+		{"a queued review before a stuck body", []*cappedConn{conn("queued", http.StateActive, ago(time.Second), queued), conn("slow", http.StateActive, ago(time.Second), nil)}, "queued", ""},
 		{"the longest queued of the API server's own", []*cappedConn{conn("q1", http.StateActive, ago(time.Second), queued), conn("q2", http.StateActive, ago(2*time.Second), queued)}, "q2", "10.0.0.1"},
 		{"a host holding as many as the newcomer's keeps its places", []*cappedConn{conn("other", http.StateIdle, ago(time.Minute), otherHost), conn("own", http.StateActive, ago(time.Second), judging)}, "", "10.0.0.1"},
 	}

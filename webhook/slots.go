@@ -101,11 +101,12 @@ func (s *slots) acquire(ctx context.Context, who string, failOpen bool, queued f
 		return s.releaser(w), true, false
 	default:
 	}
-	if s.by[who] > 0 && !failOpen && queued != nil {
-		queued()
-	}
+	behindOwn := s.by[who] > 0 && !failOpen
 	ownLoad := s.by[who] >= s.share
 	s.mu.Unlock()
+	if behindOwn && queued != nil {
+		queued()
+	}
 
 	select {
 	case <-w.granted:

@@ -250,7 +250,7 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 		// bytes that cannot come, made while waiting only for the body's end, would queue behind
 		// bodies waiting for the whole pool.
 		n := min(bodyChunk, maxReviewBytes+1-len(body))
-		charged := min(n, int(charge.most)-len(body))
+		charged := max(0, min(n, int(charge.most)-len(body)))
 		if err := charge.acquire(ctx, charged); err != nil {
 			return nil, http.StatusTooManyRequests, errors.New("the guard holds as many request bodies as it may; try again")
 		}

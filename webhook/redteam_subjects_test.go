@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -71,8 +72,10 @@ func TestRBACReviewsOfManySubjects(t *testing.T) {
 			cluster.ClusterRoleBindings = nil // the writer's access comes through the bindings here
 			writer := sts(compliant()...)
 			writer.Spec.Template.Spec.ServiceAccountName = "crb-writer"
+			// The review's own bounds decide these rows, not a deadline: a 4 s one ran out under the
+			// race detector on a loaded CI machine (CI run 66).
 			h := &webhook.Handler{Resolver: cluster, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, writer), Clock: clocktesting.NewFakePassiveClock(now),
-				ClusterRoleScopes: []string{ns}}
+				ClusterRoleScopes: []string{ns}, LookupTimeout: 30 * time.Second}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)
 			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, admissionv1.Update, tc.kind, tc.objName, tc.obj, tc.old))

@@ -343,33 +343,18 @@ func Evaluate(ctx context.Context, r Resolver, in Input, p Policy, now time.Time
 	return Decide(in, facts, p), lookups
 }
 
-// tooLarge answers a review larger than the guard reads (maxReviewBytes, once the API server's
-// escapes of <, > and & are undone): refused, whatever its kind, with the size in the message.
-// Unanswered, the Pods entry admitted such a Pod unjudged (team G: 1.3 MB of < in one variable).
-func (h *Handler) tooLarge(ctx context.Context, req Request, why error) Response {
+// unjudged refuses req without judging it, with code and the reason in its message: a review
+// larger than the guard reads, or one its body budget or its requester's share kept waiting until
+// its deadline. Whatever its kind, since an unanswered Pod review is admitted by the Pods entry's
+// Ignore (team G's 1.3 MB Pod of <, team H's 40 Pods waiting for the body budget).
+func (h *Handler) unjudged(ctx context.Context, req Request, code int32, why, msg string) Response {
 	gvk := schema.GroupVersionKind(req.Kind)
 	kind := KindOther
 	if Known(gvk) || gvk == gvkConfigMap || isRBACKind(gvk) {
 		kind = req.Kind.Kind
 	}
 	h.observe(req, kind, false, ReasonTooComplex, 0)
-	h.logger(ctx).Info("denied: review too large to judge", "reason", ReasonTooComplex, "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name,
-		"operation", req.Operation, "uid", req.UID, "size", why.Error())
-	return errored(http.StatusRequestEntityTooLarge, fmt.Errorf("ehdb-election guard: refusing %s %s/%s: its admission review is %v, more than the %d MiB the guard reads, so what it would run cannot be judged; make it smaller (the API server writes a control character in a value as six bytes)",
-		req.Kind.Kind, req.Namespace, req.Name, why, maxReviewBytes>>20))
-}
-
-// tooBusy answers a review that waited until its deadline while its own requester held its
-// whole share of the slots (slots.go): refused, for the requester to retry, rather than left to
-// the entry's failure policy, which admits a Pod.
-func (h *Handler) tooBusy(ctx context.Context, req Request, who string, share int) Response {
-	gvk := schema.GroupVersionKind(req.Kind)
-	kind := KindOther
-	if Known(gvk) || gvk == gvkConfigMap || isRBACKind(gvk) {
-		kind = req.Kind.Kind
-	}
-	h.observe(req, kind, false, ReasonTooComplex, 0)
-	h.logger(ctx).Info("denied: its requester's reviews hold their share", "reason", ReasonTooComplex, "requester", who, "kind", req.Kind.Kind,
-		"namespace", req.Namespace, "name", req.Name, "operation", req.Operation, "uid", req.UID)
-	return errored(http.StatusTooManyRequests, fmt.Errorf("ehdb-election guard: not judged in time: %s has %d reviews being judged already, its share; try again", who, share))
+	h.logger(ctx).Info("denied: not judged", "reason", ReasonTooComplex, "why", why, "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name,
+		"operation", req.Operation, "uid", req.UID, "user", req.UserInfo.Username)
+	return errored(code, fmt.Errorf("ehdb-election guard: refusing %s %s/%s: %s", req.Kind.Kind, req.Namespace, req.Name, msg))
 }

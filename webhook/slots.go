@@ -24,7 +24,7 @@ import (
 //     (team G) — waits behind itself: another requester's review (the StatefulSet controller's
 //     Pod, a cluster admin's edit) takes the next slot that frees. A review that waits until its
 //     deadline while its own requester holds perRequester(limit) slots or more is refused
-//     (tooBusy), never left to the failure policy: its requester's load kept it waiting.
+//     (Handler.unjudged), never left to the failure policy: its requester's load kept it waiting.
 
 // perRequester is how many slots a requester holds when its own load is what keeps its next
 // review waiting: an eighth.

@@ -153,7 +153,7 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, status, err := readBody(ctx, w, r, charge)
 	var large Request
 	switch {
-	case errors.Is(err, errReviewTooLarge):
+	case errors.Is(err, errReviewTooLarge), errors.Is(err, errBodiesBusy):
 		var ok bool
 		if large, ok = reviewPrefix(body); !ok {
 			refuse(err.Error(), status)
@@ -183,9 +183,14 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var req Request
 	var resp Response
-	if large.UID != "" {
-		req, resp = large, t.h.tooLarge(ctx, large, err)
-	} else {
+	switch {
+	case errors.Is(err, errReviewTooLarge):
+		req, resp = large, t.h.unjudged(ctx, large, http.StatusRequestEntityTooLarge, "review too large to judge",
+			fmt.Sprintf("its admission review is %v, more than the %d MiB the guard reads, so what it would run cannot be judged; make it smaller (the API server writes a control character in a value as six bytes)", err, maxReviewBytes>>20))
+	case errors.Is(err, errBodiesBusy):
+		req, resp = large, t.h.unjudged(ctx, large, http.StatusTooManyRequests, "no budget for its body",
+			fmt.Sprintf("not judged in time: the guard holds as many large request bodies as it may (its body: %v); try again", err))
+	default:
 		if req, err = decodeReview(body); err != nil {
 			plain("malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
 			return
@@ -195,7 +200,8 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		release, ok, busy := t.slots.acquire(ctx, who, failsOpen(req), func() { queued = true; reached(ctx, PhaseQueued) })
 		switch {
 		case !ok && busy:
-			resp = t.h.tooBusy(ctx, req, who, t.slots.share)
+			resp = t.h.unjudged(ctx, req, http.StatusTooManyRequests, "its requester's reviews hold their share",
+				fmt.Sprintf("not judged in time: %s has %d reviews or more being judged already; try again", who, t.slots.share))
 		case !ok:
 			plain(fmt.Sprintf("the guard is working on %d reviews already; try again", t.limit), http.StatusTooManyRequests)
 			return
@@ -233,16 +239,29 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 			_ = rc.SetReadDeadline(time.Time{})
 		}
 	}()
-	keepUp := func() {
+	// keepUp gives the next chunk bodyChunkTimeout, and never past the review's deadline, or, for
+	// the rest of a body that will not be judged, half of answerTimeout past it: the answer must
+	// still be written before the API server gives up.
+	keepUp := func(past time.Duration) {
 		if deadlines {
 			dl := time.Now().Add(bodyChunkTimeout)
-			if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-				dl = d
+			if d, ok := ctx.Deadline(); ok && d.Add(past).Before(dl) {
+				dl = d.Add(past)
 			}
 			_ = rc.SetReadDeadline(dl)
 		}
 	}
 	src := newHTMLUnescaper(r.Body)
+	// A body waits for budget until shortly before its deadline, so that one still waiting can be
+	// read to its end and refused in time (drainRest), never answered 429: team H's 40 Pods of
+	// 1.45 MB of <, each claiming the whole pool, queued past their deadline, got 429, and the
+	// Pods entry's Ignore admitted 38 of them.
+	waitCtx := ctx
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithDeadline(ctx, d.Add(-min(time.Second, time.Until(d)/4)))
+		defer cancel()
+	}
 	// Grown as the body arrives: a Content-Length is a claim, never an allocation.
 	var body []byte
 	for {
@@ -251,10 +270,13 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 		// bodies waiting for the whole pool.
 		n := min(bodyChunk, maxReviewBytes+1-len(body))
 		charged := max(0, min(n, int(charge.most)-len(body)))
-		if err := charge.acquire(ctx, charged); err != nil {
-			return nil, http.StatusTooManyRequests, errors.New("the guard holds as many request bodies as it may; try again")
+		if err := charge.acquire(waitCtx, charged); err != nil {
+			if len(body) == 0 {
+				return nil, http.StatusTooManyRequests, errors.New("the guard holds as many request bodies as it may; try again")
+			}
+			return drainRest(r.Body, keepUp, append([]byte(nil), body[:min(len(body), reviewPrefixBytes)]...), int64(len(body)), errBodiesBusy)
 		}
-		keepUp()
+		keepUp(0)
 		if cap(body)-len(body) < n {
 			body = append(body[:len(body):len(body)], make([]byte, n)...)[:len(body)]
 		}
@@ -268,7 +290,7 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return nil, http.StatusRequestTimeout, fmt.Errorf("the body arrives slower than %d KiB/s (%d bytes in)", bodyChunk>>10, len(body))
 		case len(body) > maxReviewBytes:
-			return drainLarge(src, keepUp, append([]byte(nil), body[:reviewPrefixBytes]...))
+			return drainRest(r.Body, keepUp, append([]byte(nil), body[:reviewPrefixBytes]...), int64(len(body)), errReviewTooLarge)
 		case errors.Is(err, io.EOF):
 			charge.done()
 			return body, 0, nil
@@ -292,26 +314,30 @@ func readChunk(r io.Reader, p []byte) (int, error) {
 	return n, nil
 }
 
-// errReviewTooLarge: the review is larger than the guard judges.
-var errReviewTooLarge = errors.New("too large")
+// errReviewTooLarge: the review is larger than the guard judges (once unescaped). errBodiesBusy:
+// the body budget had no room for the rest of it before its deadline.
+var (
+	errReviewTooLarge = errors.New("too large")
+	errBodiesBusy     = errors.New("no budget for its body")
+)
 
-// reviewPrefixBytes is how much of a review too large to judge is kept to answer it: the API
+// reviewPrefixBytes is how much of a review that is not judged is kept to answer it: the API
 // server writes the request's uid, kind, name, namespace and operation before its objects.
 const reviewPrefixBytes = 64 << 10
 
-// maxWireBytes bounds what is read of a review too large to judge: more than the API server
+// maxWireBytes bounds what is read of a review that is not judged: more than the API server
 // sends (a 3 MiB request body as the object, escaped six-fold, and an old object of 1.5 MiB,
 // etcd's limit, so).
 const maxWireBytes = 64 << 20
 
-// drainLarge reads what is left of a body too large to judge and discards it, and returns its
-// prefix (the body's first reviewPrefixBytes) with errReviewTooLarge, or 413 when even the wire's
-// bound is passed.
-func drainLarge(src io.Reader, keepUp func(), body []byte) ([]byte, int, error) {
-	total := int64(maxReviewBytes + 1)
+// drainRest reads what is left of a body that will not be judged from the wire (not unescaped:
+// nothing of it is kept) and discards it, so that it can be answered, and returns its prefix
+// with cause (errReviewTooLarge or errBodiesBusy), or 413 when even the wire's bound is passed.
+// total is what was read before.
+func drainRest(src io.Reader, keepUp func(past time.Duration), prefix []byte, total int64, cause error) ([]byte, int, error) {
 	buf := make([]byte, bodyChunk)
 	for {
-		keepUp()
+		keepUp(answerTimeout / 2)
 		got, err := readChunk(src, buf)
 		total += int64(got)
 		switch {
@@ -320,8 +346,7 @@ func drainLarge(src io.Reader, keepUp func(), body []byte) ([]byte, int, error) 
 		case total > maxWireBytes:
 			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request larger than %d bytes", maxWireBytes)
 		case errors.Is(err, io.EOF):
-			return body, http.StatusRequestEntityTooLarge,
-				fmt.Errorf("%w: %d bytes, with <, > and & unescaped", errReviewTooLarge, total)
+			return prefix, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: %d bytes, with <, > and & unescaped", cause, total)
 		case err != nil:
 			return nil, http.StatusBadRequest, fmt.Errorf("reading the request: %w", err)
 		}

@@ -37,23 +37,49 @@ func (u *htmlUnescaper) Read(p []byte) (int, error) {
 		if u.r.Buffered() == 0 && n > 0 {
 			return n, nil // what is here now; the next Read waits for more
 		}
-		head, err := u.r.Peek(1)
-		if len(head) == 0 {
+		if _, err := u.r.Peek(1); err != nil {
 			if n > 0 {
 				return n, nil
 			}
 			return 0, err
 		}
 		buf, _ := u.r.Peek(u.r.Buffered())
-		if i := bytes.IndexByte(buf, '\\'); i != 0 {
-			if i < 0 {
-				i = len(buf)
+		// Copy and decode from what is buffered, in one pass, as far as p and the buffer go;
+		// an escape cut by the buffer's end is left for the next pass, which refills it.
+		i := 0
+		for i < len(buf) && n < len(p) {
+			b := bytes.IndexByte(buf[i:], '\\')
+			if b != 0 {
+				if b < 0 {
+					b = len(buf) - i
+				}
+				m := copy(p[n:], buf[i:i+b])
+				n, i = n+m, i+m
+				continue
 			}
-			m := copy(p[n:], buf[:i])
-			_, _ = u.r.Discard(m)
-			n += m
+			if len(buf)-i < 6 {
+				break
+			}
+			if c, ok := htmlEscaped(buf[i : i+6]); ok {
+				p[n] = c
+				n, i = n+1, i+6
+				continue
+			}
+			p[n] = '\\'
+			n++
+			if n < len(p) {
+				p[n] = buf[i+1]
+				n++
+			} else {
+				u.pending, u.hasPending = buf[i+1], true
+			}
+			i += 2
+		}
+		_, _ = u.r.Discard(i)
+		if i > 0 || n == len(p) {
 			continue
 		}
+		// A backslash with fewer than 6 bytes behind it in the buffer: ask for them.
 		esc, _ := u.r.Peek(6)
 		if c, ok := htmlEscaped(esc); ok {
 			p[n] = c
@@ -85,12 +111,12 @@ func htmlEscaped(esc []byte) (byte, bool) {
 	if len(esc) < 6 || esc[0] != '\\' || esc[1] != 'u' || esc[2] != '0' || esc[3] != '0' {
 		return 0, false
 	}
-	switch string(bytes.ToLower(esc[4:6])) {
-	case "3c":
+	switch lo := esc[5] | 0x20; {
+	case esc[4] == '3' && lo == 'c':
 		return '<', true
-	case "3e":
+	case esc[4] == '3' && lo == 'e':
 		return '>', true
-	case "26":
+	case esc[4] == '2' && esc[5] == '6':
 		return '&', true
 	}
 	return 0, false

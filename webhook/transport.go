@@ -228,9 +228,10 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // readBody reads the whole body through htmlUnescaper, charging every chunk to the budget before
 // reading it and requiring each within bodyChunkTimeout (where the connection supports read
 // deadlines). The status goes with the error: 408 too slow, 413 too large, 429 no budget before
-// the deadline. A body over maxReviewBytes once unescaped is read to its end (up to
-// maxWireBytes, kept no further than its first reviewPrefixBytes, which it returns with
-// errReviewTooLarge), so that it can be answered.
+// the deadline. A body over maxReviewBytes once unescaped, or still waiting for budget shortly
+// before its deadline, is read to its end (drainRest: up to maxWireBytes, kept no further than
+// its first reviewPrefixBytes, which it returns with errReviewTooLarge or errBodiesBusy), so
+// that it can be answered.
 func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charge *bodyCharge) ([]byte, int, error) {
 	rc := http.NewResponseController(w)
 	deadlines := rc.SetReadDeadline(time.Time{}) == nil

@@ -97,10 +97,7 @@ func (h *Handler) Handle(ctx context.Context, req Request) (resp Response) {
 		if r == nil {
 			return
 		}
-		kind := KindOther
-		if g := schema.GroupVersionKind(req.Kind); Known(g) || g == gvkConfigMap || isRBACKind(g) {
-			kind = req.Kind.Kind
-		}
+		kind := metricKind(req)
 		msg := fmt.Sprintf("ehdb-election guard: internal error judging %s %s/%s: %v", req.Kind.Kind, req.Namespace, req.Name, r)
 		h.logger(ctx).Error(fmt.Errorf("panic: %v", r), "recovered a panic while judging a review", "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "uid", req.UID)
 		if schema.GroupVersionKind(req.Kind) == gvkPod {
@@ -348,13 +345,27 @@ func Evaluate(ctx context.Context, r Resolver, in Input, p Policy, now time.Time
 // its deadline. Whatever its kind, since an unanswered Pod review is admitted by the Pods entry's
 // Ignore (team G's 1.3 MB Pod of <, team H's 40 Pods waiting for the body budget).
 func (h *Handler) unjudged(ctx context.Context, req Request, code int32, why, msg string) Response {
-	gvk := schema.GroupVersionKind(req.Kind)
-	kind := KindOther
-	if Known(gvk) || gvk == gvkConfigMap || isRBACKind(gvk) {
-		kind = req.Kind.Kind
-	}
-	h.observe(req, kind, false, ReasonTooComplex, 0)
+	h.observe(req, metricKind(req), false, ReasonTooComplex, 0)
 	h.logger(ctx).Info("denied: not judged", "reason", ReasonTooComplex, "why", why, "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name,
 		"operation", req.Operation, "uid", req.UID, "user", req.UserInfo.Username)
 	return errored(code, fmt.Errorf("ehdb-election guard: refusing %s %s/%s: %s", req.Kind.Kind, req.Namespace, req.Name, msg))
+}
+
+// unjudgedBody refuses req, whose body was read to its end but not judged: too large
+// (errReviewTooLarge) or kept waiting for the body budget (errBodiesBusy).
+func (h *Handler) unjudgedBody(ctx context.Context, req Request, why error) Response {
+	if errors.Is(why, errReviewTooLarge) {
+		return h.unjudged(ctx, req, http.StatusRequestEntityTooLarge, "review too large to judge",
+			fmt.Sprintf("its admission review is %v, more than the %d MiB the guard reads, so what it would run cannot be judged; make it smaller (the API server writes a control character in a value as six bytes)", why, maxReviewBytes>>20))
+	}
+	return h.unjudged(ctx, req, http.StatusTooManyRequests, "no budget for its body",
+		fmt.Sprintf("not judged in time: the guard holds as many large request bodies as it may (its body: %v); try again", why))
+}
+
+// metricKind is req's kind as the decision metrics label it: one the guard judges, or KindOther.
+func metricKind(req Request) string {
+	if g := schema.GroupVersionKind(req.Kind); Known(g) || g == gvkConfigMap || isRBACKind(g) {
+		return req.Kind.Kind
+	}
+	return KindOther
 }

@@ -110,12 +110,11 @@ func NewHTTPHandler(h *Handler) http.Handler {
 	if conns <= 0 {
 		conns = DefaultMaxConnections
 	}
-	return &transport{h: h, limit: limit, slots: newSlots(limit), budget: newBodyBudget(int64(conns)*decodeFactor*smallBody, largePool)}
+	return &transport{h: h, slots: newSlots(limit), budget: newBodyBudget(int64(conns)*decodeFactor*smallBody, largePool)}
 }
 
 type transport struct {
 	h      *Handler
-	limit  int
 	slots  *slots
 	budget *bodyBudget
 }
@@ -151,14 +150,17 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	charge := t.budget.charge(most)
 	defer charge.release()
 	body, status, err := readBody(ctx, w, r, charge)
-	var large Request
+	// A body that was read to its end but will not be judged is answered from its prefix.
+	var req Request
+	var resp Response
 	switch {
 	case errors.Is(err, errReviewTooLarge), errors.Is(err, errBodiesBusy):
 		var ok bool
-		if large, ok = reviewPrefix(body); !ok {
+		if req, ok = reviewPrefix(body); !ok {
 			refuse(err.Error(), status)
 			return
 		}
+		resp = t.h.unjudgedBody(ctx, req, err)
 	case err != nil:
 		refuse(err.Error(), status)
 		return
@@ -181,16 +183,7 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = answer(func() error { http.Error(w, msg, code); return nil })
 	}
 
-	var req Request
-	var resp Response
-	switch {
-	case errors.Is(err, errReviewTooLarge):
-		req, resp = large, t.h.unjudged(ctx, large, http.StatusRequestEntityTooLarge, "review too large to judge",
-			fmt.Sprintf("its admission review is %v, more than the %d MiB the guard reads, so what it would run cannot be judged; make it smaller (the API server writes a control character in a value as six bytes)", err, maxReviewBytes>>20))
-	case errors.Is(err, errBodiesBusy):
-		req, resp = large, t.h.unjudged(ctx, large, http.StatusTooManyRequests, "no budget for its body",
-			fmt.Sprintf("not judged in time: the guard holds as many large request bodies as it may (its body: %v); try again", err))
-	default:
+	if resp.Result == nil { // not answered yet: decoded, given a slot, judged
 		if req, err = decodeReview(body); err != nil {
 			plain("malformed AdmissionReview: "+err.Error(), http.StatusBadRequest)
 			return
@@ -203,7 +196,7 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			resp = t.h.unjudged(ctx, req, http.StatusTooManyRequests, "its requester's reviews hold their share",
 				fmt.Sprintf("not judged in time: %s has %d reviews or more being judged already; try again", who, t.slots.share))
 		case !ok:
-			plain(fmt.Sprintf("the guard is working on %d reviews already; try again", t.limit), http.StatusTooManyRequests)
+			plain(fmt.Sprintf("the guard is working on %d reviews already; try again", t.slots.limit), http.StatusTooManyRequests)
 			return
 		default:
 			if queued {
@@ -355,61 +348,43 @@ func drainRest(src io.Reader, keepUp func(past time.Duration), prefix []byte, to
 }
 
 // reviewPrefix decodes what the prefix of an AdmissionReview says of its request before the
-// objects (uid, kind, resource, name, namespace, operation); ok is false when it does not say
-// them all.
+// objects (uid, kind, resource, name, namespace, operation, user); ok is false when it does not
+// say them all, or says one longer than the API server ever sends (checkLengths).
 func reviewPrefix(prefix []byte) (Request, bool) {
 	dec := json.NewDecoder(bytes.NewReader(prefix))
 	var r admissionv1.AdmissionRequest
 	var apiVersion, kind string
-	inRequest := false
-	for depth := 0; ; {
+	top := map[string]any{"apiVersion": &apiVersion, "kind": &kind}
+	inRequest := map[string]any{"uid": &r.UID, "kind": &r.Kind, "resource": &r.Resource, "subResource": &r.SubResource,
+		"name": &r.Name, "namespace": &r.Namespace, "operation": &r.Operation, "userInfo": &r.UserInfo}
+	into, inReq := top, false
+	for {
 		tok, err := dec.Token()
 		if err != nil {
 			return Request{}, false
 		}
 		switch tok {
 		case json.Delim('{'):
-			depth++
 			continue
 		case json.Delim('}'):
 			return Request{}, false
 		}
 		key, isKey := tok.(string)
-		if !isKey {
-			return Request{}, false
-		}
-		var err2 error
 		switch {
-		case depth == 1 && key == "request":
-			inRequest = true
+		case !isKey:
+			return Request{}, false
+		case !inReq && key == "request":
+			into, inReq = inRequest, true
 			continue
-		case depth == 1 && key == "apiVersion":
-			err2 = dec.Decode(&apiVersion)
-		case depth == 1 && key == "kind":
-			err2 = dec.Decode(&kind)
-		case !inRequest:
-			err2 = dec.Decode(&json.RawMessage{})
-		case key == "object" || key == "oldObject":
-			ok := apiVersion == "admission.k8s.io/v1" && kind == "AdmissionReview" && r.UID != "" && r.Kind.Kind != "" && r.Operation != ""
+		case inReq && (key == "object" || key == "oldObject"):
+			ok := apiVersion == "admission.k8s.io/v1" && kind == "AdmissionReview" && r.UID != "" && r.Kind.Kind != "" && r.Operation != "" && checkLengths(&r) == nil
 			return Request{AdmissionRequest: r}, ok
-		case key == "uid":
-			err2 = dec.Decode(&r.UID)
-		case key == "kind":
-			err2 = dec.Decode(&r.Kind)
-		case key == "resource":
-			err2 = dec.Decode(&r.Resource)
-		case key == "subResource":
-			err2 = dec.Decode(&r.SubResource)
-		case key == "name":
-			err2 = dec.Decode(&r.Name)
-		case key == "namespace":
-			err2 = dec.Decode(&r.Namespace)
-		case key == "operation":
-			err2 = dec.Decode(&r.Operation)
-		default:
-			err2 = dec.Decode(&json.RawMessage{})
 		}
-		if err2 != nil {
+		dst, known := into[key]
+		if !known {
+			dst = &json.RawMessage{}
+		}
+		if err := dec.Decode(dst); err != nil {
 			return Request{}, false
 		}
 	}
@@ -432,7 +407,14 @@ func decodeReview(body []byte) (Request, error) {
 	if env.Request == nil {
 		return Request{}, errors.New("no request")
 	}
-	r := env.Request
+	if err := checkLengths(env.Request); err != nil {
+		return Request{}, err
+	}
+	return Request{AdmissionRequest: *env.Request}, nil
+}
+
+// checkLengths refuses a request whose fields are longer than the API server ever sends them.
+func checkLengths(r *admissionv1.AdmissionRequest) error {
 	for _, f := range []struct {
 		name  string
 		value string
@@ -443,10 +425,10 @@ func decodeReview(body []byte) (Request, error) {
 		{"resource.group", r.Resource.Group, 253}, {"resource.version", r.Resource.Version, 63}, {"resource.resource", r.Resource.Resource, 253},
 	} {
 		if len(f.value) > f.max {
-			return Request{}, fmt.Errorf("request.%s is %d bytes, longer than the API server ever sends (%d)", f.name, len(f.value), f.max)
+			return fmt.Errorf("request.%s is %d bytes, longer than the API server ever sends (%d)", f.name, len(f.value), f.max)
 		}
 	}
-	return Request{AdmissionRequest: *r}, nil
+	return nil
 }
 
 // maxUID bounds the request uid the answer echoes and the logs carry: the API server's is a UUID

@@ -491,6 +491,8 @@ func resolveValueFrom(ev *corev1.EnvVar, pod *PodContext, cms ConfigMapSource) (
 		return Value{}, false
 	case src.SecretKeyRef != nil:
 		return unknown("Secret " + quote(src.SecretKeyRef.Name) + " key " + quote(src.SecretKeyRef.Key) + " (the guard does not read Secrets)"), true
+	case elidedValue(src):
+		return unknown("a literal value of over " + strconv.Itoa(keepString) + " bytes in an object of over " + strconv.Itoa(keepWhole) + ", which the webhook's watch does not keep"), true
 	default:
 		// fileKeyRef (EnvFiles) and anything newer: decided at run time.
 		return unknown("a valueFrom source decided at run time"), true

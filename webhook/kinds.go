@@ -295,12 +295,13 @@ var ReaderKinds = func() []runtime.Object {
 }()
 
 // StripForReaders is an informer transform that keeps only what judging a reader needs (metadata
-// without managed fields, the pod template, replicas and ordinals), so a cache of every workload
-// in the guarded namespaces stays small.
+// without managed fields, the pod template, replicas and ordinals), and of an object larger than
+// keepWhole less (elideLarge), so a cache of every workload in the guarded namespaces stays small.
 func StripForReaders(obj any) (any, error) {
 	if o, ok := obj.(runtime.Object); ok {
 		if s, _, _, ok := sourceOfObject(o); ok && s.strip != nil {
 			s.strip(o)
+			elideLarge(o)
 		}
 	}
 	return obj, nil

@@ -619,7 +619,7 @@ func (w *watches) watchRBAC(mc metadata.Interface, namespaces []string, log logr
 				func(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
 					return res.Namespace(ns).Watch(ctx, o)
 				}}
-			x, err := newWatched(k, ns, toolscache.Indexers{}, nil, log)
+			x, err := newWatched(k, ns, toolscache.Indexers{}, identityOnly, log)
 			if err != nil {
 				return err
 			}
@@ -635,6 +635,19 @@ func (w *watches) watchRBAC(mc metadata.Interface, namespaces []string, log logr
 		}
 	}
 	return nil
+}
+
+// identityOnly is the RBAC watches' transform: they only count changes, so their caches keep
+// each object's name, namespace, UID and resourceVersion, not its annotations (up to 256 KiB
+// each, a namespace admin's to write on every Role, RoleBinding and ServiceAccount), labels or
+// managedFields.
+func identityOnly(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}}, nil
 }
 
 var _ webhook.Generation = (*watches)(nil)

@@ -307,3 +307,20 @@ func TestSoftMemoryLimitFollowsTheContainers(t *testing.T) {
 		})
 	}
 }
+
+// The RBAC watches only count changes: their caches keep no annotations, labels or
+// managedFields, which a namespace admin may make 256 KiB on every Role, RoleBinding and
+// ServiceAccount (the watches kept them whole before).
+func TestTheRBACWatchesKeepOnlyIdentities(t *testing.T) {
+	in := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"}, ObjectMeta: metav1.ObjectMeta{
+		Name: "r", Namespace: "noetl", UID: "u", ResourceVersion: "7", Annotations: map[string]string{"big": strings.Repeat("x", 256<<10)},
+		Labels: map[string]string{"a": "b"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	out, err := identityOnly(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := out.(*metav1.PartialObjectMetadata)
+	if m.Size() > 256 || m.Name != "r" || m.Namespace != "noetl" || m.UID != "u" || m.ResourceVersion != "7" || m.Kind != "Role" {
+		t.Errorf("kept %d bytes: %+v", m.Size(), m.ObjectMeta)
+	}
+}

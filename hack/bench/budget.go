@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -50,6 +51,10 @@ const (
 	// every 450 ms (the twelfth red team's: fast enough never to be hung up on for slowness).
 	slowClients      = 100
 	slowClaimedBytes = 7 << 20
+	// The watches' share: a namespace admin's Deployments each carrying a 1 MB env value, whose
+	// ReplicaSets and Pods carry it too, all in the webhook's watches (once 297 MB for 60).
+	largeWorkloads    = 60
+	largeWorkloadSize = 1 << 20
 )
 
 // budgetResult is what one webhook process does with the worst object an armed writer can be: a
@@ -97,6 +102,12 @@ type budgetResult struct {
 	BindingP50, BindingMax   time.Duration
 	BindingPeak              int64
 	BindingFirstError        string
+
+	// The watches' share: Large Deployments (and the ReplicaSet and Pod of each, made by the
+	// controllers) each carrying a 1 MB env value; the webhook's peak RSS while its watches take
+	// them in, and its RSS once they hold them.
+	Large              int
+	LargePeak, LargeAt int64
 
 	// The flood of team E: FloodWorkers send, for Window, a dry-run delete of the writer's
 	// RoleBinding (refused, each review listing those bindings) while the armed Pod is sent every
@@ -228,7 +239,50 @@ func (b *bench) measureBudget(ctx context.Context, cs kubernetes.Interface, wh *
 	if err := b.measureSlowClients(ctx, cs, wh, correct, &res); err != nil {
 		return res, err
 	}
+	if err := b.measureLargeWorkloads(ctx, cs, wh, &res); err != nil {
+		return res, err
+	}
 	return res, b.measureBindingLists(ctx, cs, wh, &res)
+}
+
+// measureLargeWorkloads creates largeWorkloads unarmed Deployments of one replica, each with an env
+// value of largeWorkloadSize (no NOETL variable: no review reaches the webhook), waits until the
+// controllers have made their Pods, and reads the webhook's memory: what its watches keep of them.
+func (b *bench) measureLargeWorkloads(ctx context.Context, cs kubernetes.Interface, wh *harness.Webhook, res *budgetResult) error {
+	b.step("admission budget: %d Deployments with a %s env value in %s (their ReplicaSets and Pods too) in the webhook's watches", largeWorkloads, mibString(largeWorkloadSize), namespace)
+	if err := resetPeak(wh.PID()); err != nil {
+		return err
+	}
+	deployments := cs.AppsV1().Deployments(namespace)
+	defer func() {
+		for i := range largeWorkloads {
+			_ = deployments.Delete(context.WithoutCancel(ctx), fmt.Sprintf("ehdb-bench-large-%02d", i), metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+		}
+	}()
+	value := strings.Repeat("x", largeWorkloadSize)
+	labels := map[string]string{"app": "ehdb-bench-large"}
+	for i := range largeWorkloads {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ehdb-bench-large-%02d", i)}, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "app", Image: "registry.invalid/app:1", Env: []corev1.EnvVar{{Name: "PAYLOAD", Value: value}}}}}}}}
+		if _, err := deployments.Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("Deployment %d of %d: %w", i+1, largeWorkloads, err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=ehdb-bench-large"})
+		return err == nil && len(pods.Items) >= largeWorkloads, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the controllers to make the %d Pods: %w", largeWorkloads, err)
+	}
+	sleepCtx(ctx, 5*time.Second) // the webhook's watches take in the last of them
+	rss, peak, err := procMemory(wh.PID())
+	if err != nil {
+		return err
+	}
+	res.Large, res.LargeAt, res.LargePeak = largeWorkloads, rss, peak
+	return ctx.Err()
 }
 
 // The namespace admin's bindings of the twenty-sixth red team: 16 RoleBindings of 14,000 made-up
@@ -630,6 +684,10 @@ func renderBudget(p func(string, ...any), r *budgetResult, err error) {
 		p("| meanwhile a correct StatefulSet: p50 / max of %d (%d errors) | %s / %s | %s |", r.SlowCorrectN, r.SlowCorrectErrors, dur(r.SlowCorrectP50), dur(r.SlowCorrectMax),
 			verdict(r.SlowCorrectN > 0 && r.SlowCorrectErrors == 0 && r.SlowCorrectMax < goalCorrectLatency, "max < 1 s"))
 		p("| meanwhile an armed Pod, election off, default ServiceAccount (fails open): admitted of %d | %d | %s |", r.SlowPodN, r.SlowPodAdmitted, verdict(r.SlowPodN > 0 && r.SlowPodAdmitted == 0, "0"))
+	}
+	if r.Large > 0 {
+		p("| %d Deployments with a %s env value, their ReplicaSets and Pods, in the webhook's watches: RSS once held / peak while taken in | %s / %s | %s |",
+			r.Large, mibString(largeWorkloadSize), mibString(r.LargeAt), mibString(r.LargePeak), verdict(r.LargePeak > 0 && r.LargePeak < goalConcurrentRSS, "peak < 64 MiB"))
 	}
 	if r.BindingWorkers > 0 {
 		p("| %d RoleBindings naming %d made-up accounts in all, %d workers sending a Role update the guard must admit for %s: peak RSS | %s | %s |",

@@ -239,10 +239,11 @@ func (b *bench) measureBudget(ctx context.Context, cs kubernetes.Interface, wh *
 	if err := b.measureSlowClients(ctx, cs, wh, correct, &res); err != nil {
 		return res, err
 	}
-	if err := b.measureLargeWorkloads(ctx, cs, wh, &res); err != nil {
+	if err := b.measureBindingLists(ctx, cs, wh, &res); err != nil {
 		return res, err
 	}
-	return res, b.measureBindingLists(ctx, cs, wh, &res)
+	// Last: what the watches keep stays in the process, and Go returns freed memory slowly.
+	return res, b.measureLargeWorkloads(ctx, cs, wh, &res)
 }
 
 // measureLargeWorkloads creates largeWorkloads unarmed Deployments of one replica, each with an env
@@ -687,7 +688,7 @@ func renderBudget(p func(string, ...any), r *budgetResult, err error) {
 	}
 	if r.Large > 0 {
 		p("| %d Deployments with a %s env value, their ReplicaSets and Pods, in the webhook's watches: RSS once held / peak while taken in | %s / %s | %s |",
-			r.Large, mibString(largeWorkloadSize), mibString(r.LargeAt), mibString(r.LargePeak), verdict(r.LargePeak > 0 && r.LargePeak < goalConcurrentRSS, "peak < 64 MiB"))
+			r.Large, mibString(largeWorkloadSize), mibString(r.LargeAt), mibString(r.LargePeak), verdict(r.LargePeak > 0 && r.LargePeak < goalBindingRSS, "peak < 128 MiB, the chart's limit"))
 	}
 	if r.BindingWorkers > 0 {
 		p("| %d RoleBindings naming %d made-up accounts in all, %d workers sending a Role update the guard must admit for %s: peak RSS | %s | %s |",

@@ -162,8 +162,33 @@ func clamp(n, lo, hi int64, name string, problems *[]error) int64 {
 	return n
 }
 
+// LeasePrefix is the name prefix of every shard Lease (LeaseName).
+const LeasePrefix = "ehdb-shard-"
+
 // LeaseName is the name of a shard's Lease: one election per writer process, not per bus, because
 // both buses of a writer live on the same ordinal's volumes.
 func LeaseName(shard uint32) string {
-	return fmt.Sprintf("ehdb-shard-%08x", shard)
+	return fmt.Sprintf(LeasePrefix+"%08x", shard)
+}
+
+// ParseLeaseName decodes a shard Lease name: exactly LeasePrefix followed by 8 lowercase hex
+// digits, the form LeaseName writes. Anything else is an error saying why.
+func ParseLeaseName(name string) (uint32, error) {
+	hex, ok := strings.CutPrefix(name, LeasePrefix)
+	if !ok {
+		return 0, fmt.Errorf("name does not start with %q", LeasePrefix)
+	}
+	if len(hex) != 8 {
+		return 0, fmt.Errorf("suffix %q is not 8 hex digits", hex)
+	}
+	for _, c := range hex {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return 0, fmt.Errorf("suffix %q is not 8 lowercase hex digits", hex)
+		}
+	}
+	n, err := strconv.ParseUint(hex, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("suffix %q: %w", hex, err)
+	}
+	return uint32(n), nil
 }

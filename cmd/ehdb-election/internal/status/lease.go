@@ -8,15 +8,16 @@ package status
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/noetl/ehdb-election/internal/electionenv"
 )
 
 // LeasePrefix is the name prefix of every shard Lease ("ehdb-shard-%08x", see election.LeaseName).
-const LeasePrefix = "ehdb-shard-"
+const LeasePrefix = electionenv.LeasePrefix
 
 // State is a shard Lease's condition at the instant of the view.
 type State string
@@ -68,28 +69,6 @@ type Ignored struct {
 	Reason    string
 }
 
-// ParseShard decodes a shard Lease name: exactly LeasePrefix followed by 8 lowercase hex digits,
-// the form election.LeaseName writes. Anything else is an error saying why.
-func ParseShard(name string) (uint32, error) {
-	hex, ok := strings.CutPrefix(name, LeasePrefix)
-	if !ok {
-		return 0, fmt.Errorf("name does not start with %q", LeasePrefix)
-	}
-	if len(hex) != 8 {
-		return 0, fmt.Errorf("suffix %q is not 8 hex digits", hex)
-	}
-	for _, c := range hex {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return 0, fmt.Errorf("suffix %q is not 8 lowercase hex digits", hex)
-		}
-	}
-	n, err := strconv.ParseUint(hex, 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("suffix %q: %w", hex, err)
-	}
-	return uint32(n), nil
-}
-
 // PodOf returns the pod name in a holder identity "<hostname>#<uuid>": a writer's hostname is its
 // pod name. An identity without "#" (not written by this project's election) is taken whole.
 func PodOf(holder string) string {
@@ -109,7 +88,7 @@ func Rows(leases []coordinationv1.Lease, now time.Time) ([]Row, []Ignored) {
 		if !strings.HasPrefix(l.Name, LeasePrefix) {
 			continue
 		}
-		shard, err := ParseShard(l.Name)
+		shard, err := electionenv.ParseLeaseName(l.Name)
 		if err != nil {
 			ignored = append(ignored, Ignored{Namespace: l.Namespace, Name: l.Name, Reason: err.Error()})
 			continue

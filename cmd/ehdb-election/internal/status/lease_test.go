@@ -8,8 +8,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/noetl/ehdb-election/election"
 )
 
 // t0 is an arbitrary instant with sub-second digits, so truncation bugs show.
@@ -188,20 +186,6 @@ func TestRowsMalformedNames(t *testing.T) {
 		if want := names[ig.Name]; !strings.Contains(ig.Reason, want) {
 			t.Errorf("%s: reason %q, want it to say %q", ig.Name, ig.Reason, want)
 		}
-	}
-}
-
-// ParseShard must read back exactly what the election writes.
-func TestParseShardRoundTrip(t *testing.T) {
-	for _, shard := range []uint32{0, 1, 255, 0x10000, 0xffffffff} {
-		name := election.LeaseName(shard)
-		got, err := ParseShard(name)
-		if err != nil || got != shard {
-			t.Errorf("ParseShard(%q) = %d, %v; want %d", name, got, err, shard)
-		}
-	}
-	if _, err := ParseShard("kube-scheduler"); err == nil {
-		t.Error("ParseShard(kube-scheduler) succeeded")
 	}
 }
 

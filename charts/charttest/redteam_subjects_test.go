@@ -204,3 +204,24 @@ func TestRedTeamArmedRevisionUnderATemplateWithoutTheSwitch(t *testing.T) {
 		t.Fatalf("the update dropping the switch under a partition: %v; want it refused for ordinal 0 of the armed current revision", err)
 	}
 }
+
+// TestRedTeamTheKubeletsConfigSource replays red team I of stop 31 on the real API server: a
+// Deployment whose election namespace comes from its Pods' kubernetes.io/config.source annotation,
+// written as the release namespace (where shard 0 is live). The kubelet sets that annotation to
+// "api" on the copy of every Pod it runs, which is the copy the downward API reads, so the process
+// elects in namespace "api", where its account may not write Leases, with its fence armed. The
+// guard took the object's value and admitted it (for real, the controllers then made the Pod).
+func TestRedTeamTheKubeletsConfigSource(t *testing.T) {
+	rt := newRedTeam(t)
+	rt.liveShard0(t)
+	set := rt.writer("configsource", wt.SetEnv("NOETL_EHDB_ELECTION_SHARD", "0"))
+	set.Spec.Template.Annotations = map[string]string{"kubernetes.io/config.source": rt.ns}
+	c := &set.Spec.Template.Spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: "NOETL_EHDB_ELECTION_NAMESPACE", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['kubernetes.io/config.source']"}}})
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: set.Name}, Spec: appsv1.DeploymentSpec{Selector: set.Spec.Selector, Template: set.Spec.Template}}
+	_, err := rt.cs.AppsV1().Deployments(rt.ns).Create(context.Background(), d, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "namespace api") {
+		t.Fatalf("the Deployment electing where config.source says: %v; want the guard to refuse it (the kubelet's value is \"api\")", err)
+	}
+}

@@ -59,7 +59,9 @@
 //     (an Indexed Job's completion index, pod-template-hash, controller-revision-hash) and the
 //     hostname of controller-named pods are unknowable; an Indexed Job's containers get the
 //     JOB_COMPLETION_INDEX variable its controller adds (and, with backoffLimitPerIndex, failure
-//     counts it rewrites on each retry). Where a Pod carries its own truth (name, spec.hostname,
+//     counts it rewrites on each retry); the annotations the kubelet writes on the copy of a Pod
+//     it runs (config.source "api", config.seen, config.mirror) are the kubelet's, whatever the
+//     object says (kubeletAnnotation). Where a Pod carries its own truth (name, spec.hostname,
 //     annotations) the Pod's review uses it. An unknowable shard is refused on every review the
 //     order check covers, not only on the transition: an update or a ConfigMap edit that leaves
 //     an armed object's shard unknowable (the host network, a key removed) is refused.

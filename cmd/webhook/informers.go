@@ -29,8 +29,8 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 
+	"github.com/noetl/ehdb-election/internal/electionenv"
 	"github.com/noetl/ehdb-election/webhook"
 )
 
@@ -294,7 +294,7 @@ func newWatches(cs kubernetes.Interface, mc metadata.Interface, namespaces []str
 	}
 	for _, ns := range guardedScopes(namespaces) {
 		if withLeases {
-			l, err := newWatched(leaseClient(cs), ns, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}, cache.TransformStripManagedFields(), log)
+			l, err := newWatched(leaseClient(cs), ns, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc}, shardLeasesOnly, log)
 			if err != nil {
 				return nil, err
 			}
@@ -648,6 +648,24 @@ func identityOnly(obj any) (any, error) {
 	}
 	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}}, nil
+}
+
+// shardLeasesOnly is the Lease watches' transform. The order check reads only shard Leases
+// (electionenv.LeaseName), and only their spec: every other Lease of a guarded namespace is kept
+// as its identity alone, and none keeps its annotations, labels or managedFields. A namespace
+// admin may create as many Leases as she likes, each with 256 KiB of annotations and a holder
+// identity of any length.
+func shardLeasesOnly(obj any) (any, error) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return obj, nil
+	}
+	kept := &coordinationv1.Lease{TypeMeta: l.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: l.Name, Namespace: l.Namespace, UID: l.UID, ResourceVersion: l.ResourceVersion, CreationTimestamp: l.CreationTimestamp}}
+	if _, err := electionenv.ParseLeaseName(l.Name); err == nil {
+		kept.Spec = l.Spec
+	}
+	return kept, nil
 }
 
 var _ webhook.Generation = (*watches)(nil)

@@ -21,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -322,5 +323,28 @@ func TestTheRBACWatchesKeepOnlyIdentities(t *testing.T) {
 	m := out.(*metav1.PartialObjectMetadata)
 	if m.Size() > 256 || m.Name != "r" || m.Namespace != "noetl" || m.UID != "u" || m.ResourceVersion != "7" || m.Kind != "Role" {
 		t.Errorf("kept %d bytes: %+v", m.Size(), m.ObjectMeta)
+	}
+}
+
+// The Lease watches keep a shard Lease's spec and nothing of any other Lease but its identity:
+// the order check reads only shard Leases' specs, and a namespace admin makes other Leases as
+// large as she likes.
+func TestTheLeaseWatchesKeepOnlyShardSpecs(t *testing.T) {
+	big := map[string]string{"big": strings.Repeat("x", 256<<10)}
+	holder := strings.Repeat("h", 1<<20)
+	for _, tc := range []struct {
+		name     string
+		keepSpec bool
+	}{{"ehdb-shard-0000002a", true}, {"other", false}, {"ehdb-shard-2a", false}} {
+		in := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "noetl", ResourceVersion: "3", Annotations: big, Labels: map[string]string{"a": "b"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+		out, err := shardLeasesOnly(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := out.(*coordinationv1.Lease)
+		if l.Name != tc.name || l.ResourceVersion != "3" || len(l.Annotations) != 0 || len(l.Labels) != 0 || (l.Spec.HolderIdentity != nil) != tc.keepSpec {
+			t.Errorf("%s: kept %d bytes, spec kept %v, want %v", tc.name, l.Size(), l.Spec.HolderIdentity != nil, tc.keepSpec)
+		}
 	}
 }

@@ -89,7 +89,7 @@ func newSlots(limit int) *slots {
 // acquire waits until ctx ends for a slot for a review of who (failing open or not). busy says,
 // when it returns false, whether who held its whole share all the while it waited (so its own
 // load kept it waiting). queued is called once if the review must wait while who already holds
-// a slot: such a review is the first whose connection may give up its place.
+// its share: such a review is the first whose connection may give up its place.
 func (s *slots) acquire(ctx context.Context, who string, failOpen bool, queued func()) (release func(), ok, busy bool) {
 	w := &slotWaiter{who: who, failOpen: failOpen, granted: make(chan struct{})}
 	s.mu.Lock()
@@ -101,7 +101,10 @@ func (s *slots) acquire(ctx context.Context, who string, failOpen bool, queued f
 		return s.releaser(w), true, false
 	default:
 	}
-	behindOwn := s.by[who] > 0 && !failOpen
+	// Only its requester's own share keeps it waiting: a connection queued so may give up its
+	// place (red team J: a cluster admin's edit, queued behind one review of hers during another's
+	// flood, lost its connection and was refused).
+	behindOwn := s.by[who] >= s.share && !failOpen
 	ownLoad := s.by[who] >= s.share
 	s.mu.Unlock()
 	if behindOwn && queued != nil {

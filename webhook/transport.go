@@ -31,8 +31,8 @@ const (
 // The body budget counts bytes actually read, never a claimed Content-Length, at decodeFactor
 // times their size: what one body byte costs until its review is answered (the body, the
 // objects' raw copies, the decoded objects). The first smallBody bytes of every body are charged
-// to a reserve of their own, sized for every connection the server keeps open at once
-// (Handler.MaxConnections), so a review of ordinary size (tens of KiB) never waits for budget,
+// to a reserve of their own, sized for reserveConns connections' worth (and no more than
+// Handler.MaxConnections), so a review of ordinary size (tens of KiB) does not wait for budget,
 // however many bodies are arriving (the twelfth red team's slow bodies queued ahead of the API
 // server's); the rest to a pool sized for one review of the largest size, which large bodies
 // share first come, first served.
@@ -42,10 +42,16 @@ const (
 	largePool    = decodeFactor * maxReviewBytes // 28 MiB: one review of 7 MiB, or several smaller
 )
 
-// DefaultMaxConnections is the connections one process keeps open at once by default: twice
-// DefaultMaxInFlight, so as many reviews can be arriving as are judged. The reserve for their
-// first smallBody bytes is then 16 MiB.
-const DefaultMaxConnections = 2 * DefaultMaxInFlight
+// DefaultMaxConnections is the connections one process keeps open at once by default: more
+// than the API server's calls in flight to it on a default API server, since with HTTP/1.1 each
+// call has a connection and a call past the cap waits for one (red team J: 66 concurrent dry-run
+// Pod creates of one namespace admin were past the 64 of the time). A namespace admin's share of
+// API Priority and Fairness (workload-low) is about 245 of a default API server's 600 seats.
+const DefaultMaxConnections = 512
+
+// reserveConns is how many connections' first smallBody bytes the reserve holds at once (16 MiB):
+// a connection's costs memory when its body arrives, and bodies of ordinary size are a few KiB.
+const reserveConns = 64
 
 // Phase is where a request is in its connection's handling, as the handler reports it
 // (WithPhases).
@@ -110,7 +116,7 @@ func NewHTTPHandler(h *Handler) http.Handler {
 	if conns <= 0 {
 		conns = DefaultMaxConnections
 	}
-	return &transport{h: h, slots: newSlots(limit), budget: newBodyBudget(int64(conns)*decodeFactor*smallBody, largePool)}
+	return &transport{h: h, slots: newSlots(limit), budget: newBodyBudget(int64(min(conns, reserveConns))*decodeFactor*smallBody, largePool)}
 }
 
 type transport struct {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -13,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/noetl/ehdb-election/internal/testcluster"
+	wt "github.com/noetl/ehdb-election/webhook/webhooktest"
 )
 
 // TestConnectionsOpenAtOnceAreCapped is the red teams' floods in small. Clients that finish a TLS
@@ -240,5 +245,51 @@ func answeredFromNewClients(t *testing.T, addr string, pool *x509.CertPool, body
 		resp.Body.Close()
 		t.Logf("review %d with %s: answered %d in %s", i, under, resp.StatusCode, time.Since(began).Round(time.Millisecond))
 		client.CloseIdleConnections()
+	}
+}
+
+// TestTheAPIServersCallsPastTheCapAreAnswered is red team J's flood in small: one client address,
+// as the API server is, with more calls in flight than the webhook keeps connections (40 at a cap
+// of 8), each on a connection of its own as HTTP/1.1 has it and kept alive between calls. The
+// API server's newest connections closed each other as silent, and its idle ones were closed as
+// it reused them: each such call failed (EOF, "server closed idle connection"), and the API server
+// admitted the armed Pods whose reviews they carried. Now every call is answered: past the cap,
+// a new connection waits while the next call takes a connection that a finished one frees.
+func TestTheAPIServersCallsPastTheCapAreAnswered(t *testing.T) {
+	_, addr, pool := cappedWebhook(t, 8)
+	body := string(wt.Review(t, "CREATE", metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "w-0", Namespace: "noetl"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "x", Env: []corev1.EnvVar{{Name: "NOETL_EHDB_FENCING", Value: "enforce"}}}}}}, nil))
+	// As the API server's webhook client: keep-alive, idle connections kept for reuse.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 25}}
+	var (
+		mu       sync.Mutex
+		answered int
+		failed   []string
+		wg       sync.WaitGroup
+	)
+	end := time.Now().Add(3 * time.Second)
+	for range 40 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				resp, err := client.Post(fmt.Sprintf("https://%s/validate?timeout=10s", addr), "application/json", strings.NewReader(body))
+				mu.Lock()
+				if err != nil {
+					failed = append(failed, err.Error())
+				} else {
+					answered++
+				}
+				mu.Unlock()
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d calls answered, %d failed", answered, len(failed))
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d calls failed (each an armed Pod the API server would admit), the first: %s", len(failed), answered+len(failed), failed[0])
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/noetl/ehdb-election/webhook"
@@ -16,23 +17,30 @@ import (
 // place of one that is doing nothing the API server would do. Only a client address holding more
 // connections than the newcomer's, or the newcomer's own, gives one up, so a flood from one
 // address churns through its own places and never the API server's; of those, in this order:
-//   - the one whose review waits longest for a slot behind its own requester's, if the API
+//   - the one whose review waits longest for a slot while its own requester holds its share of
+//     them (webhook's perRequester), if the API
 //     server refuses that review when it is not answered (webhook.PhaseQueued): closing it costs
 //     the review what its deadline would, while the newcomer may carry another's Pod review, which
 //     the API server admits unjudged when it cannot reach the guard. Heavy reviews through the API
 //     server (a namespace admin's dry runs, team E) otherwise held every place, queued behind
-//     their slots, and Pods failed open. They go before stuck ones: on a webhook starved of CPU
-//     the API server's own bodies can look stuck (the bench's flood closed a Pod review's);
-//   - the one whose request has waited on its client longest: a body arriving for more than
-//     bodyGrace (the API server sends a review in one write), or an answer unread for more than
-//     answerGrace (the API server reads it at once);
-//   - a new one that has sent no request yet, of the client address holding the most
-//     connections, the oldest: the API server sends its request as soon as its TLS handshake is done, so only
-//     a flood of connects faster than max per handshake could catch one of its own;
-//   - the longest idle one (a kept-alive connection between reviews: closing one races the API
-//     server's next request on it, which then fails, so it goes last; the bench saw one EOF).
-// Only when every connection that may give up its place is busy with a review whose body has
-// arrived, or whose body is younger than bodyGrace, does the new one wait.
+//     their slots, and Pods failed open;
+//   - the one whose request has waited on its client longest: a read of its request blocked for
+//     more than bodyGrace (the API server sends a review in one write), or a write of its answer
+//     blocked for more than answerGrace (the API server reads it at once);
+//   - a new one that has sent no request for silentGrace, of the client address holding the
+//     most connections, the oldest:
+//     the API server sends its request as soon as its TLS handshake is done;
+//   - the longest idle one, idle for idleGrace or more (a kept-alive connection between reviews:
+//     closing one races the API server's next request on it, which then fails, so it goes last).
+// What is doing the API server's work never gives up its place: its bodies, the handshakes of
+// its new connections, the connections it is about to reuse. With more of its calls in flight
+// than there are places (red team J: a namespace admin's 66 concurrent dry-run Pod creates, past
+// the 64 places of the time), its newest connections closed each other as silent and its idle
+// ones were closed under it, and armed Pods failed open on EOF; now the new connection waits in
+// the kernel's backlog while the API server's next call takes a connection a review of its
+// frees, and the default cap (512) is above the concurrency a namespace admin's API Priority
+// and Fairness share gives her on a default API server.
+// When none may give up its place, the new one waits.
 //
 // Without the eviction the cap was a door to hold shut: 700 unauthenticated clients that sent one
 // request each and then idled on keep-alive held all 256 places and the API server could not
@@ -43,14 +51,30 @@ import (
 // rest in the kernel until its calls timed out (the thirteenth). The API server loses nothing by
 // it: a kept-alive connection closed under it is redialled, and its bodies are never slow.
 
-// bodyGrace is how long a request's body may take to arrive before its connection may give up
-// its place to a new one: the API server's arrives with its headers.
+// bodyGrace is how long the server may wait on a request's client for more of its request (a
+// read blocked on the connection) before the connection may give up its place to a new one: the
+// API server sends its request in one write.
 const bodyGrace = 50 * time.Millisecond
 
-// answerGrace is how long an answer may take to be written before its connection may give up its
-// place: the API server reads its answer at once, and an answer of a few KiB fits the socket's
+// answerGrace is how long an answer's write may stay blocked before its connection may give up
+// its place: the API server reads its answer at once, and an answer of a few KiB fits the socket's
 // buffer. A client that pipelines reviews and reads nothing fills it (the fourteenth red team).
 const answerGrace = 100 * time.Millisecond
+
+// silentGrace is how long a new connection may send nothing before it may give up its place.
+// The API server sends its request as soon as its TLS handshake is done, but that handshake is
+// this server's work, and the API server's own next connection must not close it (red team J:
+// with more of its calls in flight than places, the API server's newest connections closed each
+// other, and 1,140 of 2,987 armed Pods failed open on EOF). It stays short: at the cap a flood of
+// silent connects from one address gets new places only as fast as its own age past it (the
+// thirteenth red team's 300 a second).
+const silentGrace = 100 * time.Millisecond
+
+// idleGrace is how long a kept-alive connection must have been idle before it may give up its
+// place: closing one races the client's next request on it, which then fails (the API server
+// does not resend a POST; Go's transport reports "server closed idle connection"), and under
+// load the API server reuses an idle connection within milliseconds.
+const idleGrace = time.Second
 
 // capListener is a net.Listener with the cap and eviction above. Its Server must have ConnState
 // set to the listener's track method, so it knows which connections are idle, and ConnContext to
@@ -88,6 +112,29 @@ type cappedConn struct {
 	// queued is set while the request's review, which fails closed, waits for a slot
 	// (webhook.PhaseQueued).
 	queued bool
+	// reading and writing are when a Read or Write now blocked on the connection began (unix
+	// nanoseconds; 0 when none is): the ground truth of a server waiting on its client.
+	reading, writing atomic.Int64
+}
+
+func (c *cappedConn) Read(p []byte) (int, error) {
+	c.reading.Store(time.Now().UnixNano())
+	defer c.reading.Store(0)
+	return c.Conn.Read(p)
+}
+
+func (c *cappedConn) Write(p []byte) (int, error) {
+	c.writing.Store(time.Now().UnixNano())
+	defer c.writing.Store(0)
+	return c.Conn.Write(p)
+}
+
+// blockedSince is when the call that started at nanos began (zero time for none).
+func blockedSince(nanos int64) time.Time {
+	if nanos == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, nanos)
 }
 
 func (c *cappedConn) Close() error {
@@ -181,9 +228,9 @@ func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
 			stuck = append(stuck, c)
 		case c.state == http.StateActive && c.queued:
 			queued = append(queued, c)
-		case c.state == http.StateNew:
+		case c.state == http.StateNew && now.Sub(c.opened) >= silentGrace:
 			silent = append(silent, c)
-		case c.state == http.StateIdle:
+		case c.state == http.StateIdle && now.Sub(c.since) >= idleGrace:
 			idle = append(idle, c)
 		}
 	}
@@ -211,18 +258,22 @@ func oldestOfBusiest(cs []*cappedConn, held map[string]int, since func(*cappedCo
 	return out
 }
 
-// stuck reports whether c's request is waiting on its client: a body arriving for more than
-// bodyGrace, or an answer not read for more than answerGrace. l.mu is held.
+// stuck reports whether c's request is waiting on its client: a read of its request blocked for
+// more than bodyGrace, or a write of its answer blocked for more than answerGrace. A request the
+// server has not got round to reading (a webhook starved of CPU, a body waiting for the body
+// budget) is not stuck: the bench's flood closed the API server's connections whose bodies had
+// arrived but had not been read within bodyGrace. l.mu is held.
 func (c *cappedConn) stuck(now time.Time) bool {
-	return (!c.bodyDone && now.Sub(c.since) >= bodyGrace) || (!c.answering.IsZero() && now.Sub(c.answering) >= answerGrace)
+	r, w := blockedSince(c.reading.Load()), blockedSince(c.writing.Load())
+	return (!c.bodyDone && !r.IsZero() && now.Sub(r) >= bodyGrace) || (!c.answering.IsZero() && !w.IsZero() && now.Sub(w) >= answerGrace)
 }
 
 // stuckSince is when c's request began to wait on its client. l.mu is held.
 func (c *cappedConn) stuckSince() time.Time {
-	if !c.bodyDone {
-		return c.since
+	if r := blockedSince(c.reading.Load()); !c.bodyDone && !r.IsZero() {
+		return r
 	}
-	return c.answering
+	return blockedSince(c.writing.Load())
 }
 
 // connContext is the Server's ConnContext hook: a request on the connection can say its body has

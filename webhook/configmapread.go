@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,8 +19,16 @@ import (
 // a review waiting (until its deadline) for its share rather than being refused; and at most
 // maxConfigMapStreams responses are being read at once, each through a small buffer.
 const (
-	reviewKeptBytes     = 1 << 20
-	processKeptBytes    = 8 << 20
+	reviewKeptBytes  = 1 << 20
+	processKeptBytes = 8 << 20
+	// requesterKeptBytes is a requester's share of processKeptBytes (requesterOf): a review that
+	// would wait for the pool while its own requester's reviews hold this much is refused at
+	// once (errOwnLoad) rather than made to wait. Red team J's 30 loops of Pods reading 20
+	// ConfigMaps of 50 KB each held the pool piecemeal, every review waiting for the rest
+	// (hold-and-wait), until their deadlines ran out on the Lease read after it: "could not
+	// verify", and the Pods entry admitted 46 of 220 unjudged (Pods fail open when the guard
+	// cannot look). A review's own requester's load is not an outage.
+	requesterKeptBytes  = processKeptBytes / 4
 	maxConfigMapStreams = 8
 	// wholeConfigMapBytes is more than any ConfigMap etcd stores holds.
 	wholeConfigMapBytes = 3 << 20
@@ -33,9 +42,69 @@ type reviewLoad struct {
 	start time.Time
 	// needs is the filter per ConfigMap; nil keeps every key (callers outside the handler).
 	needs map[string]*keyFilter
-	mu    sync.Mutex
-	pool  *semaphore.Weighted
-	held  int64
+	// who is the review's requester (requesterOf; "" for none: it waits as long as it must).
+	who  string
+	mu   sync.Mutex
+	pool *keptPool
+	held int64
+	// ownLoad is set once a charge was refused because who's reviews held their share.
+	ownLoad bool
+}
+
+// errOwnLoad is a charge refused because the review's own requester holds its share of the pool.
+var errOwnLoad = errors.New("its requester's reviews hold their share of the guard's ConfigMap budget")
+
+// keptPool is the process's budget of kept ConfigMap bytes, with what each requester holds.
+type keptPool struct {
+	sem *semaphore.Weighted
+	mu  sync.Mutex
+	by  map[string]int64
+}
+
+func newKeptPool() *keptPool {
+	return &keptPool{sem: semaphore.NewWeighted(processKeptBytes), by: map[string]int64{}}
+}
+
+// acquire takes n bytes for a review of who, waiting until ctx is done unless who holds
+// requesterKeptBytes already (errOwnLoad, at once or when the wait ends).
+func (p *keptPool) acquire(ctx context.Context, who string, n int64) error {
+	if !p.sem.TryAcquire(n) {
+		if p.over(who) {
+			return errOwnLoad
+		}
+		if err := p.sem.Acquire(ctx, n); err != nil {
+			if p.over(who) {
+				return errOwnLoad
+			}
+			return err
+		}
+	}
+	if who != "" {
+		p.mu.Lock()
+		p.by[who] += n
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+func (p *keptPool) over(who string) bool {
+	if who == "" {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.by[who] >= requesterKeptBytes
+}
+
+func (p *keptPool) release(who string, n int64) {
+	p.sem.Release(n)
+	if who != "" {
+		p.mu.Lock()
+		if p.by[who] -= n; p.by[who] <= 0 {
+			delete(p.by, who)
+		}
+		p.mu.Unlock()
+	}
 }
 
 type reviewLoadKey struct{}
@@ -65,8 +134,8 @@ func (l *reviewLoad) filter(name string) *keyFilter {
 	return &keyFilter{} // read by nothing the review judges: no key matters
 }
 
-// charge takes n bytes of pool for the review, waiting until ctx is done.
-func (l *reviewLoad) charge(ctx context.Context, pool *semaphore.Weighted, n int64) error {
+// charge takes n bytes of pool for the review, waiting until ctx is done (keptPool.acquire).
+func (l *reviewLoad) charge(ctx context.Context, pool *keptPool, n int64) error {
 	if l == nil || n == 0 {
 		return nil
 	}
@@ -76,13 +145,28 @@ func (l *reviewLoad) charge(ctx context.Context, pool *semaphore.Weighted, n int
 	if over {
 		return errTooLarge
 	}
-	if err := pool.Acquire(ctx, n); err != nil {
+	if err := pool.acquire(ctx, l.who, n); err != nil {
+		if errors.Is(err, errOwnLoad) {
+			l.mu.Lock()
+			l.ownLoad = true
+			l.mu.Unlock()
+		}
 		return fmt.Errorf("waiting for the guard's memory budget: %w", err)
 	}
 	l.mu.Lock()
 	l.pool, l.held = pool, l.held+n
 	l.mu.Unlock()
 	return nil
+}
+
+// starvedByOwnLoad reports whether a charge of the review was refused for its requester's load.
+func (l *reviewLoad) starvedByOwnLoad() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ownLoad
 }
 
 // release gives back everything the review holds.
@@ -93,7 +177,7 @@ func (l *reviewLoad) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pool != nil && l.held > 0 {
-		l.pool.Release(l.held)
+		l.pool.release(l.who, l.held)
 	}
 	l.held = 0
 }
@@ -104,7 +188,7 @@ func (l *reviewLoad) release() {
 type configMapReader struct {
 	client  APIClient
 	streams *semaphore.Weighted
-	kept    *semaphore.Weighted
+	kept    *keptPool
 	mu      sync.Mutex
 	flights map[string]*cmFlights
 	// cache keeps what reads kept, by the resourceVersion they were read at.
@@ -113,7 +197,7 @@ type configMapReader struct {
 }
 
 func newConfigMapReader(c APIClient) *configMapReader {
-	return &configMapReader{client: c, streams: semaphore.NewWeighted(maxConfigMapStreams), kept: semaphore.NewWeighted(processKeptBytes), flights: map[string]*cmFlights{}, cache: map[string]cmCached{}}
+	return &configMapReader{client: c, streams: semaphore.NewWeighted(maxConfigMapStreams), kept: newKeptPool(), flights: map[string]*cmFlights{}, cache: map[string]cmCached{}}
 }
 
 // cmFlights is the GET in flight for one key and the one that will follow it.

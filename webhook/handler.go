@@ -194,10 +194,17 @@ func (h *Handler) respond(ctx context.Context, req Request, log logr.Logger, sta
 	// The ConfigMaps the review reads: only the keys its containers can make matter, charged to
 	// the process's budget until the review is answered (configmapread.go).
 	load := newReviewLoad(start, in.Object, in.Old)
+	load.who = requesterOf(req.UserInfo)
 	defer load.release()
 	d, lookups := h.decide(withReviewLoad(ctx, load), in)
 	if in.Subresource == "" {
 		d, lookups = h.judgeRevision(ctx, start, in.Object, in.Old, d, lookups)
+	}
+	if d.Reason == ReasonUnverifiedPod && load.starvedByOwnLoad() {
+		// Not an outage of the guard: its requester's own reviews hold the budget it waited
+		// for. Refused, as a review waiting out its deadline behind its own requester's slots is.
+		return h.unjudged(ctx, req, http.StatusTooManyRequests, errOwnLoad.Error(),
+			fmt.Sprintf("not judged in time: %s, whose reviews hold their share of the guard's ConfigMap budget (%d MiB); try again", load.who, requesterKeptBytes>>20))
 	}
 
 	h.observe(req, kind, d.Allowed, d.Reason, time.Since(start))

@@ -210,13 +210,15 @@
 // refusal), the transport charges request bodies as they arrive (never by Content-Length), hangs
 // up on a client sending slower than 32 KiB/s and bounds the reviews judged at once (a quarter
 // of them kept for the reviews the API server admits when unanswered: Pod creates, cluster RBAC;
-// a review that fails closed and waits for a slot gives up its connection first), a review
-// reads only the ConfigMap keys its containers can make matter within a per-review and
-// per-process byte budget, the request's deadline is honoured, and a panic is recovered into an
-// answer; cmd/webhook caps the connections open at once, and at the cap a new one takes the
-// place of an idle one or one whose body is still arriving (the API server's never is), while
-// every connection's first 64 KiB of body come from a reserve sized for the cap
-// (Handler.MaxConnections), so ordinary reviews never wait for budget. No message quotes a value the guard
+// a review that fails closed and waits for a slot behind its own requester's share gives up its
+// connection first), a review reads only the ConfigMap keys its containers can make matter
+// within a per-review and per-process byte budget (one that would wait for it behind its own
+// requester's quarter is refused at once, and a Pod so starved is refused, not failed open), the
+// request's deadline is honoured, and a panic is recovered into an answer; cmd/webhook caps the
+// connections open at once (above the API server's calls in flight), and at the cap a new one
+// takes the place only of one provably not doing the API server's work (a read or write blocked
+// on its client, silent 100 ms, idle 1 s), while the first 64 KiB of every body come from a
+// 16 MiB reserve, so ordinary reviews do not wait for budget. No message quotes a value the guard
 // read from a ConfigMap (Value.Read): without client certificates a review is answered to
 // whoever sends it. An owner exempts an object from the order check only along the chains whose
 // template the guard judged (PodSource.ExemptBy), and only if it exists (Owners). A ConfigMap

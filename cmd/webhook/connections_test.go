@@ -293,3 +293,123 @@ func TestTheAPIServersCallsPastTheCapAreAnswered(t *testing.T) {
 		t.Fatalf("%d of %d calls failed (each an armed Pod the API server would admit), the first: %s", len(failed), answered+len(failed), failed[0])
 	}
 }
+
+// TestSlowClientsCannotHoldTheGuard is the connection cap against clients that are never quite
+// silent: each keeps the server's read of it just short of a grace, or connects faster than a
+// grace frees places. From the attacker's own address, at a cap of 16 (the tricklers hold every
+// place, as many as there are), while each flood goes on a review from a new client (as a
+// redialled API server's) is answered.
+//   - A handshake trickled a byte every 50 ms: its server never waits 100 ms on it, and it held
+//     its place until the handshake's deadline (5 s, the API server's timeout).
+//   - Headers trickled a byte every 40 ms, after a handshake: the same, its reads short of
+//     bodyGrace.
+//   - A TLS record header and then nothing, 300 connects a second: a connection that has spoken
+//     keeps its place a second, so places free at the cap a second, and the rest queued in the
+//     kernel ahead of the API server's dial.
+func TestSlowClientsCannotHoldTheGuard(t *testing.T) {
+	_, addr, pool := cappedWebhook(t, 16)
+	// A TLS handshake record header announcing 16 KiB that never all arrive.
+	recordHeader := []byte{0x16, 0x03, 0x01, 0x40, 0x00}
+	trickle := func(conn net.Conn, every time.Duration, stop <-chan struct{}) {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(every):
+			}
+			_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := conn.Write([]byte{'a'}); err != nil {
+				return
+			}
+		}
+	}
+	cases := []struct {
+		name        string
+		concurrency int
+		rate        int // connects a second; 0: each of concurrency reconnects when hung up on
+		client      func(conn net.Conn, stop <-chan struct{})
+	}{
+		{"a handshake trickled a byte every 50 ms", 16, 0, func(conn net.Conn, stop <-chan struct{}) {
+			if _, err := conn.Write(recordHeader); err == nil {
+				trickle(conn, 50*time.Millisecond, stop)
+			}
+		}},
+		{"headers trickled a byte every 40 ms", 16, 0, func(conn net.Conn, stop <-chan struct{}) {
+			tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+			_ = tc.SetDeadline(time.Now().Add(3 * time.Second))
+			if _, err := fmt.Fprintf(tc, "POST /validate HTTP/1.1\r\nHost: x\r\nX-Slow: "); err != nil {
+				return
+			}
+			_ = tc.SetDeadline(time.Time{})
+			trickle(tc, 40*time.Millisecond, stop)
+		}},
+		{"a record header and then nothing, 300 connects a second", 1500, 300, func(conn net.Conn, stop <-chan struct{}) {
+			if _, err := conn.Write(recordHeader); err != nil {
+				return
+			}
+			go func() { <-stop; conn.Close() }()
+			var b [1]byte
+			_, _ = conn.Read(b[:]) // until the server closes it
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			defer func() { close(stop); wg.Wait() }()
+			attacker := attackerDialer()
+			one := func() bool {
+				conn, err := attacker.Dial("tcp", addr)
+				if err != nil {
+					return false
+				}
+				defer conn.Close()
+				tc.client(conn, stop)
+				return true
+			}
+			if tc.rate == 0 {
+				for range tc.concurrency {
+					wg.Go(func() {
+						for {
+							select {
+							case <-stop:
+								return
+							default:
+							}
+							if !one() {
+								time.Sleep(50 * time.Millisecond)
+							}
+						}
+					})
+				}
+			} else {
+				open := make(chan struct{}, tc.concurrency)
+				wg.Go(func() {
+					tick := time.NewTicker(time.Second / time.Duration(tc.rate))
+					defer tick.Stop()
+					for {
+						select {
+						case <-stop:
+							return
+						case <-tick.C:
+						}
+						select {
+						case open <- struct{}{}:
+						default:
+							continue
+						}
+						wg.Go(func() { defer func() { <-open }(); one() })
+					}
+				})
+			}
+			// Every place is the flood's. A trickler's hold is cut short by its handshake's
+			// deadline (5 s): the reviews begin well before it.
+			settle := 3 * time.Second
+			if tc.rate == 0 {
+				settle = 1500 * time.Millisecond
+			}
+			time.Sleep(settle)
+			answeredFromNewClients(t, addr, pool, `{}`, tc.name)
+		})
+	}
+}

@@ -217,7 +217,8 @@
 // request's deadline is honoured, and a panic is recovered into an answer; cmd/webhook caps the
 // connections open at once (above the API server's calls in flight), and at the cap a new one
 // takes the place only of one provably not doing the API server's work (a read or write blocked
-// on its client, silent 100 ms, idle 1 s), while the first 64 KiB of every body come from a
+// on its client, silent 100 ms, still arriving after 1 s, idle 1 s; the waiting let in from a
+// lobby, the client address holding the fewest places first), while the first 64 KiB of every body come from a
 // 16 MiB reserve, so ordinary reviews do not wait for budget. No message quotes a value the guard
 // read from a ConfigMap (Value.Read): without client certificates a review is answered to
 // whoever sends it. An owner exempts an object from the order check only along the chains whose

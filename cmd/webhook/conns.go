@@ -119,10 +119,12 @@ type waiting struct {
 	host string
 }
 
-// lobbySize is how many connections may wait in the lobby for a place. Each costs its socket, and
-// nothing of the server's until it is let in; past it one of the address with the most waiting
-// is hung up on (turnAway), so a flood displaces its own and never the API server's.
-func (l *capListener) lobbySize() int { return max(l.max, 64) }
+// lobbySize is how many connections may wait in the lobby for a place: more than the dials a
+// busy API server has under way at once. Each costs its socket and what its client has sent (at
+// most receiveBuffer's worth), nothing of the server's until it is let in; past it one of the
+// address with the most waiting is hung up on (turnAway), so a flood displaces its own and
+// never the API server's.
+const lobbySize = 128
 
 func newCapListener(l net.Listener, max int) *capListener {
 	c := &capListener{Listener: l, max: max, open: map[*cappedConn]struct{}{}}
@@ -296,7 +298,7 @@ func (l *capListener) takeIn() {
 		}
 		l.lobby = append(l.lobby, waiting{conn: conn, host: remoteHost(conn)})
 		var out net.Conn
-		if len(l.lobby) > l.lobbySize() {
+		if len(l.lobby) > lobbySize {
 			out = l.turnAway()
 		}
 		l.mu.Unlock()
@@ -412,8 +414,8 @@ func (c *cappedConn) waitingOnClient(now time.Time, grace time.Duration) bool {
 	if r.IsZero() || now.Sub(r) < grace {
 		return false
 	}
-	waiting, _ := unread(c.Conn)
-	return !waiting
+	n, _ := unread(c.Conn)
+	return n == 0
 }
 
 // newGrace is how old a new connection must be to count as silent while its server waits on its

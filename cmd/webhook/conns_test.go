@@ -165,8 +165,8 @@ func TestAConnectionWhoseRequestHasArrivedIsNotIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		waiting, _ := unread(server)
-		return waiting, nil
+		n, _ := unread(server)
+		return n > 0, nil
 	})
 	if err != nil {
 		t.Fatalf("the client's bytes never reached the server's socket: %v", err)
@@ -246,12 +246,12 @@ func TestTheLobbyLetsInTheAddressHoldingFewestFirst(t *testing.T) {
 		}
 		placed = append(placed, c)
 	}
-	for range l.lobbySize() + 5 {
+	for range lobbySize + 5 {
 		dial(flood)
 	}
-	inLobby(l.lobbySize(), 0)
+	inLobby(lobbySize, 0)
 	dial(&net.Dialer{}) // the API server's, from 127.0.0.1
-	inLobby(l.lobbySize()-1, 1)
+	inLobby(lobbySize-1, 1)
 
 	placed[0].Close()
 	c, err := l.Accept()
@@ -263,4 +263,64 @@ func TestTheLobbyLetsInTheAddressHoldingFewestFirst(t *testing.T) {
 		t.Fatalf("let in a connection from %s, ahead of the API server's", got)
 	}
 	placed[1].Close()
+}
+
+// What a connection waiting for its place, or holding one, may make the kernel keep of what its
+// client sent: it is charged to the webhook's memory cgroup once accepted, and at the kernel's
+// default 512 clients that each sent a megabyte unread held 67 MB (130 KB each) of the
+// webhook's 128 Mi. Each now holds at most what receiveBuffer allows.
+func TestAWaitingConnectionHoldsLittleOfTheKernelsMemory(t *testing.T) {
+	ln, err := listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const clients = 8
+	payload := make([]byte, 1<<20)
+	for range clients {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go func() {
+			_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			_, _ = c.Write(payload) // as much as the server's window takes; the rest stays with the client
+		}()
+	}
+	var servers []net.Conn
+	for range clients {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		servers = append(servers, c)
+	}
+	if _, known := unread(servers[0]); !known {
+		t.Skip("the kernel cannot be asked for a socket's unread bytes here")
+	}
+	// Until what the kernel holds stops growing.
+	total := func() (sum, most int) {
+		for _, c := range servers {
+			n, _ := unread(c)
+			sum, most = sum+n, max(most, n)
+		}
+		return sum, most
+	}
+	last := -1
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		sum, _ := total()
+		done := sum > 0 && sum == last
+		last = sum
+		return done, nil
+	})
+	if err != nil {
+		t.Fatalf("what the clients sent never settled in the kernel: %v", err)
+	}
+	sum, most := total()
+	t.Logf("%d clients that each sent 1 MiB unread: the kernel holds %d bytes for them, at most %d for one", clients, sum, most)
+	if most > 2*receiveBuffer {
+		t.Fatalf("the kernel holds %d bytes unread for one connection, over the %d receiveBuffer allows", most, 2*receiveBuffer)
+	}
 }

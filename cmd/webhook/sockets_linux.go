@@ -1,0 +1,38 @@
+package main
+
+import (
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// unread is how many bytes from conn's client wait in the kernel, received and not yet read
+// (SIOCINQ): the ground truth that the client has spoken, which the server's goroutine, woken but
+// not yet run on a starved machine, cannot yet say. known is false where it cannot be asked.
+func unread(conn net.Conn) (n int, known bool) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return 0, false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var ierr error
+	if err := raw.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil || ierr != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// limitReceiveBuffer sets the listening socket's receive buffer, which every connection it
+// accepts inherits from its first segment (SO_RCVBUF; the kernel doubles it for its own
+// bookkeeping, and no longer grows it).
+func limitReceiveBuffer(raw syscall.RawConn, bytes int) error {
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bytes) }); err != nil {
+		return err
+	}
+	return serr
+}

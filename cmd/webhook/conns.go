@@ -310,27 +310,35 @@ func (l *capListener) takeIn() {
 }
 
 // turnAway takes out of the full lobby the oldest connection of the address with the most
-// waiting, and returns it to be hung up on. l.mu is held.
+// waiting (of those tied, the one that connected last), and returns it to be hung up on. l.mu is
+// held.
 //
-// The oldest, not the newest: a client with more calls than places (an HTTP/1.1 client such as
-// the API server's dials a connection for each call that finds none idle) gives the first
-// connection to go idle to the call that has waited longest, so its oldest dial is the one no
-// call is waiting on any longer. Turning away the newest failed 11,886 of 15,878 such calls
-// (TestTheAPIServersCallsPastTheCapAreAnswered).
+// The oldest of its own, not the newest: a client with more calls than places (an HTTP/1.1
+// client such as the API server's dials a connection for each call that finds none idle) gives
+// the first connection to go idle to the call that has waited longest, so its oldest dial is the
+// one no call is waiting on any longer. Turning away the newest failed 11,886 of 15,878 such
+// calls (TestTheAPIServersCallsPastTheCapAreAnswered). Of the addresses tied, the one that
+// connected last: a flood from many addresses, each with one waiting, is still arriving, while
+// the API server's one waiting dial would otherwise be turned away for being the oldest.
 func (l *capListener) turnAway() net.Conn {
-	count := map[string]int{}
-	for _, w := range l.lobby {
-		count[w.host]++
-	}
-	out := -1
+	count, last := map[string]int{}, map[string]int{}
 	for i, w := range l.lobby {
-		if out < 0 || count[w.host] > count[l.lobby[out].host] {
-			out = i
+		count[w.host]++
+		last[w.host] = i
+	}
+	host := l.lobby[0].host
+	for h, n := range count {
+		if n > count[host] || n == count[host] && last[h] > last[host] {
+			host = h
 		}
 	}
-	conn := l.lobby[out].conn
-	l.lobby = append(l.lobby[:out], l.lobby[out+1:]...)
-	return conn
+	for i, w := range l.lobby {
+		if w.host == host {
+			l.lobby = append(l.lobby[:i], l.lobby[i+1:]...)
+			return w.conn
+		}
+	}
+	return nil // not reached: host has a connection waiting
 }
 
 // evictable is the connection that gives up its place to a new one from newHost, or nil.

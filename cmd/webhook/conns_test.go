@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -323,4 +324,46 @@ func TestAWaitingConnectionHoldsLittleOfTheKernelsMemory(t *testing.T) {
 	if most > 2*receiveBuffer {
 		t.Fatalf("the kernel holds %d bytes unread for one connection, over the %d receiveBuffer allows", most, 2*receiveBuffer)
 	}
+}
+
+// Which waiting connection a full lobby hangs up on, as a table over who waits (oldest first).
+func TestTheFullLobbyTurnsAwayTheFloods(t *testing.T) {
+	cases := []struct {
+		name  string
+		hosts []string // the lobby, oldest first: each a connection from that address
+		want  int      // the index turned away
+	}{
+		// An HTTP/1.1 client with more calls than places: its oldest dial is the one no call
+		// waits on any longer.
+		{"one address: its oldest", []string{"api", "api", "api"}, 0},
+		{"the oldest of the address with the most waiting", []string{"api", "flood", "flood", "flood"}, 1},
+		// A flood from many addresses, one waiting each, still arriving: the API server's one
+		// dial, the oldest, stays.
+		{"addresses tied: the one that connected last", []string{"api", "f1", "f2", "f3"}, 3},
+		{"tied at two: the oldest of the one that connected last", []string{"f1", "api", "f2", "f1", "api", "f2"}, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newCapListener(nil, 1)
+			for i, h := range tc.hosts {
+				l.lobby = append(l.lobby, waiting{conn: stubConn{strconv.Itoa(i)}, host: h})
+			}
+			got := l.turnAway().(stubConn).name
+			if got != strconv.Itoa(tc.want) {
+				t.Errorf("turned away %s (%s), want %d (%s)", got, tc.hosts[mustAtoi(t, got)], tc.want, tc.hosts[tc.want])
+			}
+			if len(l.lobby) != len(tc.hosts)-1 {
+				t.Errorf("the lobby holds %d, want %d", len(l.lobby), len(tc.hosts)-1)
+			}
+		})
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

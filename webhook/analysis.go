@@ -42,7 +42,7 @@ func view(w *Workload, cms ConfigMapSource, budget *Budget) []containerView {
 			case v.Known():
 				if strings.EqualFold(strings.TrimSpace(v.Text), "enforce") {
 					cv.armed = true
-					cv.why = fmt.Sprintf("%s=%q", EnvFencing, v.Text)
+					cv.why = fmt.Sprintf("%s=%.32q", EnvFencing, v.Text) // its own value: "enforce", up to case and spaces (a megabyte of them)
 					if v.Read {
 						// A review is answered to whoever sends it: no ConfigMap value is quoted,
 						// not even one that says enforce in its own case and spacing (the sixth

@@ -486,7 +486,7 @@ func tokenProblem(f mountedFile) string {
 	case p.kind != "serviceAccountToken":
 		return f.target + ": " + f.describe()
 	case p.audience != "":
-		return fmt.Sprintf("%s: there is a ServiceAccount token for the audience %q, which the API server accepts only if it is one of its own audiences (the guard cannot tell)", f.target, p.audience)
+		return fmt.Sprintf("%s: there is a ServiceAccount token for the audience %.64q, which the API server accepts only if it is one of its own audiences (the guard cannot tell)", f.target, p.audience)
 	}
 	return readProblem(f, p)
 }

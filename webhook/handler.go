@@ -209,18 +209,19 @@ func (h *Handler) respond(ctx context.Context, req Request, log logr.Logger, sta
 
 	h.observe(req, kind, d.Allowed, d.Reason, time.Since(start))
 	kv := []any{"allowed", d.Allowed, "reason", d.Reason, "lookups", lookups, "tookMs", time.Since(start).Milliseconds()}
+	// Each list as bounded as the answer's warnings (boundAnswer): they quote the object.
 	if len(d.Armed) > 0 {
-		kv = append(kv, "armed", d.Armed)
+		kv = append(kv, "armed", cutAll(d.Armed))
 	}
 	if len(d.Unmet) > 0 {
 		unmet := make([]string, len(d.Unmet))
 		for i, u := range d.Unmet {
 			unmet[i] = string(u.Reason) + ": " + u.Problem
 		}
-		kv = append(kv, "unmet", unmet)
+		kv = append(kv, "unmet", cutAll(unmet))
 	}
 	if len(d.Warnings) > 0 {
-		kv = append(kv, "warnings", d.Warnings)
+		kv = append(kv, "warnings", cutAll(d.Warnings))
 	}
 	log.Info("decision", kv...)
 

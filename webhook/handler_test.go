@@ -113,6 +113,12 @@ func TestHandlerRefusesMalformedReviews(t *testing.T) {
 		// The fourteenth red team's 7 MB uids, echoed in the answer and copied into the logs.
 		{"a uid longer than the API server's", "application/json", longField(t, good, "uid", 129), 400, false, ""},
 		{"a name longer than any object's", "application/json", longField(t, good, "name", 254), 400, false, ""},
+		// Red team L: a refusal that echoed a 60 KB Content-Type four-fold (%q of 0xff bytes) to
+		// a client that read none of it held the connection, its header and the message, for
+		// the 35 s write timeout; 700 of them took the webhook to 641 MiB.
+		{"a content type of 60 KB", strings.Repeat("\xff", 60000), good, 400, false, ""},
+		{"an apiVersion of 1 MB", "application/json", []byte(`{"apiVersion":"` + strings.Repeat("<", 1<<20) + `","kind":"AdmissionReview"}`), 400, false, ""},
+		{"a kind of 1 MB", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"` + strings.Repeat("\\u00ff", 1<<18) + `"}`), 400, false, ""},
 		{"empty request", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`), 200, true, "no request"},
 		{"no object", "application/json", wt.Review(t, admissionv1.Create, stsKind, nil, nil), 200, true, "no object"},
 		{"object of another kind", "application/json", wt.Review(t, admissionv1.Create, stsKind, &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}}, nil), 200, true, "request says"},
@@ -123,6 +129,9 @@ func TestHandlerRefusesMalformedReviews(t *testing.T) {
 			code, out, raw := post(t, srv.URL, c.contentType, c.body)
 			if code != c.wantHTTP {
 				t.Fatalf("HTTP %d, want %d: %s", code, c.wantHTTP, raw)
+			}
+			if len(raw) > maxRefusal {
+				t.Fatalf("an answer of %d bytes to a malformed review: it echoes what the client sent (%.200s...)", len(raw), raw)
 			}
 			if c.wantHTTP != 200 {
 				if out.Response != nil || len(raw) == 0 {
@@ -139,6 +148,10 @@ func TestHandlerRefusesMalformedReviews(t *testing.T) {
 		})
 	}
 }
+
+// maxRefusal bounds the answer to a malformed review: none carries more than a few hundred
+// bytes of what its client sent.
+const maxRefusal = 2 << 10
 
 // longField is review with its request's field set to n bytes.
 func longField(t *testing.T, review []byte, field string, n int) []byte {
@@ -173,5 +186,32 @@ func TestHandlerHasNoOpinionOnOtherKinds(t *testing.T) {
 	}
 	if got := counter(reg, webhook.KindOther, "allowed", "no_opinion"); got != 1 {
 		t.Errorf("other/allowed/no_opinion = %v, want 1", got)
+	}
+}
+
+// An answer carries a bounded message and bounded warnings, whatever the object quotes: a
+// review is answered to whoever sends it, and an answer of megabytes to a client that reads none
+// of it holds its encoding on the connection until its write times out (red team L's refusals;
+// here the guard's own quoting of an armed value of "enforce" and a megabyte of spaces).
+func TestAnswersAreBounded(t *testing.T) {
+	srv, _ := newServer(t, goodCluster())
+	long := "enforce" + strings.Repeat(" ", 1<<20)
+	for _, c := range []struct {
+		name string
+		obj  *appsv1.StatefulSet
+	}{
+		{"an armed value quoted in a refusal", sts(wt.SetEnv(webhook.EnvFencing, long), wt.ServiceAccount(wt.WriterSA))},
+		{"an armed value quoted in an admission", sts(wt.SetEnv(webhook.EnvFencing, long), wt.ElectionOn(), wt.ServiceAccount(wt.WriterSA))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, raw := post(t, srv.URL, "application/json", wt.Review(t, admissionv1.Create, stsKind, c.obj, nil))
+			if code != 200 || out.Response == nil {
+				t.Fatalf("HTTP %d: %.300s", code, raw)
+			}
+			if len(raw) > 64<<10 {
+				t.Fatalf("an answer of %d bytes (allowed %v): %.300s", len(raw), out.Response.Allowed, raw)
+			}
+			t.Logf("allowed %v, an answer of %d bytes", out.Response.Allowed, len(raw))
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"time"
+	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,9 +130,12 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Until the body is read, every answer also ends the connection: net/http would otherwise
 	// read what is left of a small body, at whatever pace the client sends it, to reuse the
 	// connection.
+	// A refusal is short and must be read at once: a client that reads none of it is hung up on
+	// at answerTimeout, not at the server's write timeout.
 	refuse := func(msg string, code int) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(answerTimeout))
 		w.Header().Set("Connection", "close")
-		http.Error(w, msg, code)
+		http.Error(w, bounded(msg), code)
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -139,7 +143,7 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		refuse(fmt.Sprintf("Content-Type %q, want application/json", r.Header.Get("Content-Type")), http.StatusBadRequest)
+		refuse(fmt.Sprintf("Content-Type %.64q, want application/json", r.Header.Get("Content-Type")), http.StatusBadRequest)
 		return
 	}
 	if r.ContentLength > maxWireBytes {
@@ -186,7 +190,7 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush()
 	}
 	plain := func(msg string, code int) {
-		_ = answer(func() error { http.Error(w, msg, code); return nil })
+		_ = answer(func() error { http.Error(w, bounded(msg), code); return nil })
 	}
 
 	if resp.Result == nil { // not answered yet: decoded, given a slot, judged
@@ -217,6 +221,7 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	uid := req.UID
 	charge.release()
 	resp.UID = uid
+	boundAnswer(&resp.AdmissionResponse)
 	w.Header().Set("Content-Type", "application/json")
 	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: &resp.AdmissionResponse}
 	if err := answer(func() error { return json.NewEncoder(w).Encode(out) }); err != nil {
@@ -408,7 +413,7 @@ func decodeReview(body []byte) (Request, error) {
 		return Request{}, fmt.Errorf("not JSON, or a field of the wrong type: %w", err)
 	}
 	if env.APIVersion != "admission.k8s.io/v1" || env.Kind != "AdmissionReview" {
-		return Request{}, fmt.Errorf("got apiVersion %q kind %q, want admission.k8s.io/v1 AdmissionReview", env.APIVersion, env.Kind)
+		return Request{}, fmt.Errorf("got apiVersion %.64q kind %.64q, want admission.k8s.io/v1 AdmissionReview", env.APIVersion, env.Kind)
 	}
 	if env.Request == nil {
 		return Request{}, errors.New("no request")
@@ -435,6 +440,55 @@ func checkLengths(r *admissionv1.AdmissionRequest) error {
 		}
 	}
 	return nil
+}
+
+// bounded is a plain-text refusal cut to maxPlainMessage: it says what was wrong, never all of
+// what the client sent. Red team L's refusals echoed a 60 KB Content-Type four-fold to clients
+// that read none of it, and 700 such connections, each holding its header and message until the
+// write timed out, took the webhook to 641 MiB.
+func bounded(msg string) string { return cut(msg, maxPlainMessage) }
+
+// boundAnswer cuts what an answer says to maxAnswerMessage and its warnings to maxWarnings of
+// maxWarning bytes each: the guard's messages quote what the object says (a name, an armed
+// value of "enforce" and a megabyte of spaces), and a review is answered to whoever sends it.
+// The API server keeps no more: it passes on about 4 KiB of warnings, each cut to 256
+// characters once past that (k8s.io/apiserver's warning recorder).
+func boundAnswer(r *admissionv1.AdmissionResponse) {
+	if r.Result != nil {
+		r.Result.Message = cut(r.Result.Message, maxAnswerMessage)
+	}
+	if len(r.Warnings) > 0 {
+		r.Warnings = cutAll(r.Warnings)
+	}
+}
+
+// Bounds of what an answer says.
+const (
+	maxPlainMessage  = 512
+	maxAnswerMessage = 16 << 10
+	maxWarnings      = 16
+	maxWarning       = 1 << 10
+)
+
+// cutAll is ss as boundAnswer bounds warnings: at most maxWarnings of maxWarning bytes each.
+func cutAll(ss []string) []string {
+	out := make([]string, 0, min(len(ss), maxWarnings))
+	for _, s := range ss[:min(len(ss), maxWarnings)] {
+		out = append(out, cut(s, maxWarning))
+	}
+	return out
+}
+
+// cut is s cut to at most n bytes, at a character's start, marked "..." when cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	n -= len("...")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 // maxUID bounds the request uid the answer echoes and the logs carry: the API server's is a UUID

@@ -121,7 +121,7 @@ type waiting struct {
 
 // lobbySize is how many connections may wait in the lobby for a place: more than the dials a
 // busy API server has under way at once. Each costs its socket and what its client has sent (at
-// most receiveBuffer's worth), nothing of the server's until it is let in; past it one of the
+// most socketBuffer's worth), nothing of the server's until it is let in; past it one of the
 // address with the most waiting is hung up on (turnAway), so a flood displaces its own and
 // never the API server's.
 const lobbySize = 128
@@ -141,11 +141,9 @@ type cappedConn struct {
 	state  http.ConnState
 	since  time.Time // when it entered state
 	host   string    // the client's address, without its port
-	// bodyDone is set once the request being served has all of its body, answering while its
-	// answer is being written (reached); both are cleared when the connection starts on another
-	// request.
-	bodyDone  bool
-	answering time.Time
+	// bodyDone is set once the request being served has all of its body (reached); it is
+	// cleared when the connection starts on another request.
+	bodyDone bool
 	// queued is set while the request's review, which fails closed, waits for a slot
 	// (webhook.PhaseQueued).
 	queued bool
@@ -197,10 +195,6 @@ func (c *cappedConn) reached(p webhook.Phase) {
 	switch p {
 	case webhook.PhaseBodyRead:
 		c.bodyDone = true
-	case webhook.PhaseAnswering:
-		c.answering = time.Now()
-	case webhook.PhaseAnswered:
-		c.answering = time.Time{}
 	case webhook.PhaseQueued:
 		c.queued = true
 	case webhook.PhaseJudging:
@@ -365,7 +359,7 @@ func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
 			continue
 		}
 		switch {
-		case c.state == http.StateActive && c.stuck(now):
+		case c.stuck(now):
 			stuck = append(stuck, c)
 		case c.state == http.StateActive && c.queued:
 			queued = append(queued, c)
@@ -399,15 +393,22 @@ func oldestOfBusiest(cs []*cappedConn, held map[string]int, since func(*cappedCo
 	return out
 }
 
-// stuck reports whether c's request is waiting on its client: a read of its request blocked for
-// more than bodyGrace, or a write of its answer blocked for more than answerGrace. A request the
-// server has not got round to reading (a webhook starved of CPU, a body waiting for the body
-// budget) is not stuck: the bench's flood closed the API server's connections whose bodies had
-// arrived but had not been read within bodyGrace. l.mu is held.
+// stuck reports whether c is waiting on its client: a write to it blocked for more than
+// answerGrace, whatever the server was writing (an answer, a refusal, the handshake's flight:
+// the API server reads at once, and what the server writes fits the socket's buffer), or, while
+// it is serving a request, a read of that request blocked for more than bodyGrace, or the
+// request still arriving after arrivalGrace. A request the server has not got round to reading
+// (a webhook starved of CPU, a body waiting for the body budget) is not stuck: the bench's flood
+// closed the API server's connections whose bodies had arrived but had not been read within
+// bodyGrace. Red team L's refusals, written before the answering phase to clients that read
+// none of them, held their places for the 35 s write timeout while only an answer's write
+// counted. l.mu is held.
 func (c *cappedConn) stuck(now time.Time) bool {
-	w := blockedSince(c.writing.Load())
-	arriving := !c.bodyDone && (c.waitingOnClient(now, bodyGrace) || now.Sub(c.since) >= arrivalGrace && c.waitingOnClient(now, 0))
-	return arriving || (!c.answering.IsZero() && !w.IsZero() && now.Sub(w) >= answerGrace)
+	if w := blockedSince(c.writing.Load()); !w.IsZero() && now.Sub(w) >= answerGrace {
+		return true
+	}
+	return c.state == http.StateActive && !c.bodyDone &&
+		(c.waitingOnClient(now, bodyGrace) || now.Sub(c.since) >= arrivalGrace && c.waitingOnClient(now, 0))
 }
 
 // waitingOnClient reports whether c's server has waited grace or more for its client's next
@@ -437,12 +438,12 @@ func (c *cappedConn) newGrace() time.Duration {
 	return silentGrace
 }
 
-// stuckSince is when c's request began to wait on its client. l.mu is held.
+// stuckSince is when c began to wait on its client. l.mu is held.
 func (c *cappedConn) stuckSince() time.Time {
-	if r := blockedSince(c.reading.Load()); !c.bodyDone && !r.IsZero() {
-		return r
+	if w := blockedSince(c.writing.Load()); !w.IsZero() {
+		return w
 	}
-	return blockedSince(c.writing.Load())
+	return blockedSince(c.reading.Load())
 }
 
 // connContext is the Server's ConnContext hook: a request on the connection can say its body has
@@ -469,7 +470,7 @@ func (l *capListener) track(conn net.Conn, state http.ConnState) {
 	l.mu.Lock()
 	c.state, c.since = state, time.Now()
 	if state == http.StateActive {
-		c.bodyDone, c.answering, c.queued = false, time.Time{}, false // a new request: its body is still to come
+		c.bodyDone, c.queued = false, false // a new request: its body is still to come
 	}
 	l.mu.Unlock()
 	if state == http.StateIdle {

@@ -27,7 +27,9 @@ const (
 	readTimeout       = 10 * time.Second // headers and a body of up to 7 MiB
 	writeTimeout      = 35 * time.Second // from the end of the headers to the end of the answer
 	idleTimeout       = 90 * time.Second // keep-alive between reviews
-	maxHeaderBytes    = 64 << 10
+	// maxHeaderBytes bounds a request's line and headers: the API server's are a few hundred
+	// bytes, and each connection holds its own while it is served.
+	maxHeaderBytes = 8 << 10
 	// defaultMaxConnections bounds the connections open at once (--max-connections, conns.go).
 	// Each costs about 50 KiB (TLS state, buffers, a goroutine) whatever it sends, so
 	// unauthenticated clients that complete a handshake and send nothing took the webhook from
@@ -98,20 +100,20 @@ func (s *admissionServer) Start(ctx context.Context) error {
 	return nil
 }
 
-// receiveBuffer is what the kernel may hold for each admission connection of what its client has
-// sent and the server has not read (SO_RCVBUF; the kernel keeps twice it). It is charged to the
-// webhook's memory cgroup once the connection is accepted, lobby and cap alike; at the kernel's
-// default (up to 6 MiB as the socket grows, 130 KB here for a client that sends and is not read)
-// 512 connections whose clients each sent a megabyte held 67 MB of the webhook's 128 Mi; the
-// lobby and the cap's places hold 640. A window of this size (about 24 KiB of data) still
-// carries the API server's largest review, 7 MiB, in about 0.3 s at a millisecond's round trip,
-// and an ordinary one in a few round trips.
-const receiveBuffer = 16 << 10
+// socketBuffer is what the kernel may hold for each admission connection, each way: of what its
+// client has sent and the server has not read, and of what the server has written and the client
+// has not read (SO_RCVBUF, SO_SNDBUF; the kernel keeps twice it). It is charged to the webhook's
+// memory cgroup once the connection is accepted, lobby and cap alike; at the kernel's default
+// (growing to megabytes) 512 connections whose clients each sent a megabyte held 67 MB of the
+// webhook's 128 Mi unread, and red team L's unread refusals 50 KB each unsent. A window of
+// this size (about 24 KiB of data) still carries the API server's largest review, 7 MiB, in
+// about 0.3 s at a millisecond's round trip, and an ordinary review or answer in a few.
+const socketBuffer = 16 << 10
 
-// listen opens the admission port with its connections' receive buffer limited (receiveBuffer).
+// listen opens the admission port with its connections' buffers limited (socketBuffer).
 func listen(ctx context.Context, addr string) (net.Listener, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, raw syscall.RawConn) error {
-		return limitReceiveBuffer(raw, receiveBuffer)
+		return limitBuffers(raw, socketBuffer)
 	}}
 	l, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {

@@ -26,12 +26,17 @@ func unread(conn net.Conn) (n int, known bool) {
 	return n, true
 }
 
-// limitReceiveBuffer sets the listening socket's receive buffer, which every connection it
-// accepts inherits from its first segment (SO_RCVBUF; the kernel doubles it for its own
-// bookkeeping, and no longer grows it).
-func limitReceiveBuffer(raw syscall.RawConn, bytes int) error {
+// limitBuffers sets the listening socket's receive and send buffers, which every connection it
+// accepts inherits from its first segment (SO_RCVBUF, SO_SNDBUF; the kernel doubles each for its
+// own bookkeeping, and no longer grows them).
+func limitBuffers(raw syscall.RawConn, bytes int) error {
 	var serr error
-	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bytes) }); err != nil {
+	err := raw.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bytes); serr == nil {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, bytes)
+		}
+	})
+	if err != nil {
 		return err
 	}
 	return serr

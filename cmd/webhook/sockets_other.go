@@ -10,5 +10,5 @@ import (
 // unread cannot ask the kernel here: what the server's reads say is all there is.
 func unread(net.Conn) (n int, known bool) { return 0, false }
 
-// limitReceiveBuffer leaves the kernel's default here.
-func limitReceiveBuffer(syscall.RawConn, int) error { return nil }
+// limitBuffers leaves the kernel's defaults here.
+func limitBuffers(syscall.RawConn, int) error { return nil }

@@ -43,12 +43,15 @@ const (
 	largePool    = decodeFactor * maxReviewBytes // 28 MiB: one review of 7 MiB, or several smaller
 )
 
-// DefaultMaxConnections is the connections one process keeps open at once by default: more
-// than the API server's calls in flight to it on a default API server, since with HTTP/1.1 each
-// call has a connection and a call past the cap waits for one (red team J: 66 concurrent dry-run
-// Pod creates of one namespace admin were past the 64 of the time). A namespace admin's share of
-// API Priority and Fairness (workload-low) is about 245 of a default API server's 600 seats.
-const DefaultMaxConnections = 512
+// DefaultMaxConnections is the connections one process keeps open at once by default: about the
+// API server's calls in flight to it on a default API server (a namespace admin's share of API
+// Priority and Fairness, workload-low, is about 245 of its 600 seats), since with HTTP/1.1 each
+// call has a connection; a call past the cap waits in cmd/webhook's lobby for one (red team J:
+// 66 concurrent dry-run Pod creates of one namespace admin were past the 64 of the time, when
+// such calls closed each other). Each costs about 90 KB of the process's memory and up to 80 KiB
+// of the kernel's, charged to the same container limit: 512 of them measured 88 MiB of RSS
+// (red team L: at 0.4-0.7 MB each when they echoed headers, the webhook reached 668 MiB).
+const DefaultMaxConnections = 256
 
 // reserveConns is how many connections' first smallBody bytes the reserve holds at once (16 MiB):
 // a connection's costs memory when its body arrives, and bodies of ordinary size are a few KiB.

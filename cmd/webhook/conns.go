@@ -42,9 +42,9 @@ import (
 // than there are places (red team J: a namespace admin's 66 concurrent dry-run Pod creates, past
 // the 64 places of the time), its newest connections closed each other as silent and its idle
 // ones were closed under it, and armed Pods failed open on EOF; now the new connection waits in
-// the kernel's backlog while the API server's next call takes a connection a review of its
-// frees, and the default cap (512) is above the concurrency a namespace admin's API Priority
-// and Fairness share gives her on a default API server.
+// the lobby while the API server's next call takes a connection a review of its frees, and the
+// default cap (256) is about the concurrency a namespace admin's API Priority and Fairness share
+// gives her on a default API server.
 // When none may give up its place, the new one waits.
 //
 // Without the eviction the cap was a door to hold shut: 700 unauthenticated clients that sent one

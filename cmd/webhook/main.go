@@ -192,8 +192,8 @@ func main() {
 		os.Exit(2)
 	}
 	log, slogger := newLogger(os.Stderr, o.logLevel)
-	if n := setSoftMemoryLimit(); n > 0 {
-		log.Info("memory: the runtime's soft limit is nine tenths of the container's", "softLimitBytes", n)
+	if n := setSoftMemoryLimit(socketReserve(o.maxConnections)); n > 0 {
+		log.Info("memory: the runtime's soft limit is nine tenths of the container's, less the connections' socket buffers", "softLimitBytes", n, "socketReserveBytes", socketReserve(o.maxConnections))
 	}
 	// The standard library's logger too (net/http reports TLS handshake errors through it).
 	slog.SetDefault(slogger)

@@ -286,15 +286,18 @@ func TestSoftMemoryLimitFollowsTheContainers(t *testing.T) {
 		return nil, os.ErrNotExist
 	}
 	noEnv := func(string) string { return "" }
+	reserve := socketReserve(defaultMaxConnections) // 30 MiB at the default cap
 	for _, tc := range []struct {
 		name  string
 		files map[string]string
 		env   func(string) string
 		want  int64
 	}{
-		{"cgroup v2, 128Mi", map[string]string{"/v2": "134217728\n"}, noEnv, 134217728 / 10 * 9},
+		{"cgroup v2, 128Mi", map[string]string{"/v2": "134217728\n"}, noEnv, 134217728/10*9 - reserve},
 		{"cgroup v2, no limit", map[string]string{"/v2": "max\n"}, noEnv, 0},
-		{"cgroup v1, 128Mi", map[string]string{"/v1": "134217728\n"}, noEnv, 134217728 / 10 * 9},
+		{"cgroup v1, 128Mi", map[string]string{"/v1": "134217728\n"}, noEnv, 134217728/10*9 - reserve},
+		// The kernel's buffers for more connections than the limit can hold: the heap keeps half.
+		{"a reserve past the limit", map[string]string{"/v2": "67108864\n"}, noEnv, 67108864 / 2},
 		{"cgroup v1, no limit", map[string]string{"/v1": "9223372036854771712\n"}, noEnv, 0},
 		{"no cgroup files", nil, noEnv, 0},
 		{"GOMEMLIMIT set: the operator's", map[string]string{"/v2": "134217728"}, func(string) string { return "100MiB" }, 0},
@@ -302,7 +305,7 @@ func TestSoftMemoryLimitFollowsTheContainers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clear(files)
 			maps.Copy(files, tc.files)
-			if got := softMemoryLimit(tc.env, read, []string{"/v2", "/v1"}); got != tc.want {
+			if got := softMemoryLimit(tc.env, read, []string{"/v2", "/v1"}, reserve); got != tc.want {
 				t.Fatalf("soft limit %d, want %d", got, tc.want)
 			}
 		})

@@ -219,7 +219,7 @@
 // takes the place only of one provably not doing the API server's work (a read or write blocked
 // on its client, silent 100 ms, still arriving after 1 s, idle 1 s; the waiting let in from a
 // lobby, the client address holding the fewest places first), while the first 64 KiB of every body come from a
-// 16 MiB reserve, so ordinary reviews do not wait for budget. No message quotes a value the guard
+// reserve for every connection, so ordinary reviews do not wait for budget. No message quotes a value the guard
 // read from a ConfigMap (Value.Read): without client certificates a review is answered to
 // whoever sends it. An owner exempts an object from the order check only along the chains whose
 // template the guard judged (PodSource.ExemptBy), and only if it exists (Owners). A ConfigMap

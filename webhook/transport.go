@@ -32,10 +32,10 @@ const (
 // The body budget counts bytes actually read, never a claimed Content-Length, at decodeFactor
 // times their size: what one body byte costs until its review is answered (the body, the
 // objects' raw copies, the decoded objects). The first smallBody bytes of every body are charged
-// to a reserve of their own, sized for reserveConns connections' worth (and no more than
-// Handler.MaxConnections), so a review of ordinary size (tens of KiB) does not wait for budget,
-// however many bodies are arriving (the twelfth red team's slow bodies queued ahead of the API
-// server's); the rest to a pool sized for one review of the largest size, which large bodies
+// to a reserve of their own, sized for every connection of Handler.MaxConnections, so a review of
+// ordinary size (tens of KiB) never waits for budget, however many bodies are arriving or
+// stalled (the twelfth red team's slow bodies queued ahead of the API server's; red team M's
+// held a reserve for a quarter of the cap); the rest to a pool sized for one review of the largest size, which large bodies
 // share first come, first served.
 const (
 	decodeFactor = 4
@@ -52,10 +52,6 @@ const (
 // of the kernel's, charged to the same container limit: 512 of them measured 88 MiB of RSS
 // (red team L: at 0.4-0.7 MB each when they echoed headers, the webhook reached 668 MiB).
 const DefaultMaxConnections = 256
-
-// reserveConns is how many connections' first smallBody bytes the reserve holds at once (16 MiB):
-// a connection's costs memory when its body arrives, and bodies of ordinary size are a few KiB.
-const reserveConns = 64
 
 // Phase is where a request is in its connection's handling, as the handler reports it
 // (WithPhases).
@@ -120,7 +116,13 @@ func NewHTTPHandler(h *Handler) http.Handler {
 	if conns <= 0 {
 		conns = DefaultMaxConnections
 	}
-	return &transport{h: h, slots: newSlots(limit), budget: newBodyBudget(int64(min(conns, reserveConns))*decodeFactor*smallBody, largePool)}
+	// The reserve holds the first smallBody bytes of every connection's body at once, so no body
+	// of ordinary size waits for another's: sized for 64 of the cap's connections, it was held by
+	// 160 addresses each sending 64 KiB of a claimed 7 MiB and then nothing (waiting for the
+	// pool), and the API server's reviews waited behind them until a 429 admitted its Pods (red
+	// team M). What it holds costs memory only as the bytes arrive (at most 16 MiB of body at the
+	// default cap), and decoding them happens in a review slot.
+	return &transport{h: h, slots: newSlots(limit), budget: newBodyBudget(int64(conns)*decodeFactor*smallBody, largePool)}
 }
 
 type transport struct {

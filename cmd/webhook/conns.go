@@ -339,7 +339,7 @@ func (l *capListener) turnAway() net.Conn {
 // l.mu is held.
 //
 // Only a client host holding more connections than newHost does, or newHost itself, gives one
-// up. Without that rule a flood from one address that churns through every place, each of its
+// up, unless it is stuck (provably waiting on its client). Without that rule a flood from one address that churns through every place, each of its
 // bodies younger than bodyGrace, closed the API server's new connection while its TLS handshake
 // was still under way, as the one silent connection there was: a loaded CI run under the race
 // detector saw the review reset 1 ms after it connected, and the API server does not retry a
@@ -355,15 +355,20 @@ func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
 	}
 	var stuck, queued, silent, idle []*cappedConn
 	for c := range l.open {
+		// What provably waits on its client (the kernel's word) gives up its place to anyone:
+		// from a fresh address each, a flood's hosts held one place apiece, as few as the API
+		// server's newcomer, and gave up none (red team M).
+		if c.stuck(now) {
+			stuck = append(stuck, c)
+			continue
+		}
 		if c.host != newHost && held[c.host] <= held[newHost] {
 			continue
 		}
 		switch {
-		case c.stuck(now):
-			stuck = append(stuck, c)
 		case c.state == http.StateActive && c.queued:
 			queued = append(queued, c)
-		case c.state == http.StateNew && now.Sub(c.opened) >= c.newGrace() && c.waitingOnClient(now, 0):
+		case c.state == http.StateNew && c.silent(now, c.host == newHost):
 			silent = append(silent, c)
 		case c.state == http.StateIdle && now.Sub(c.since) >= idleGrace && c.waitingOnClient(now, idleGrace):
 			idle = append(idle, c)
@@ -425,6 +430,20 @@ func (c *cappedConn) waitingOnClient(now time.Time, grace time.Duration) bool {
 	}
 	n, _ := unread(c.Conn)
 	return n == 0
+}
+
+// silent reports whether new connection c may give up its place as silent: to a newcomer from
+// another address once it is newGrace old and its server waits on it (so a client that keeps
+// each read short of a grace still gives way to the API server); to one from its own address only
+// once it has kept its server waiting arrivalGrace. A client's own newcomer gains it nothing but
+// a place for another of its dials, while a client starved of CPU between its connect and its
+// ClientHello, or within its handshake, loses the call it carries: CI run 73, loaded by two red
+// teams, failed one of the API server's 460 calls on EOF. l.mu is held.
+func (c *cappedConn) silent(now time.Time, own bool) bool {
+	if own {
+		return c.waitingOnClient(now, arrivalGrace)
+	}
+	return now.Sub(c.opened) >= c.newGrace() && c.waitingOnClient(now, 0)
 }
 
 // newGrace is how old a new connection must be to count as silent while its server waits on its

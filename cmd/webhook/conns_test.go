@@ -97,9 +97,20 @@ func TestTheConnectionThatGivesUpItsPlace(t *testing.T) {
 		{"a flood's newcomer takes its own silent one, not the API server's older one", []*cappedConn{conn("api", http.StateNew, ago(3*time.Second), otherHost), conn("flood1", http.StateNew, ago(3*time.Second), nil)}, "flood1", "10.0.0.1"},
 		// Red team J: the API server's calls past the cap closed its own newest connections.
 		{"a newcomer does not take its own address's handshake of 50 ms", []*cappedConn{conn("api1", http.StateNew, ago(50*time.Millisecond), nil), conn("api2", http.StateActive, ago(time.Second), judging)}, "", "10.0.0.1"},
+		// CI run 73, loaded by two red teams: one of the API server's 460 calls failed on EOF.
+		// Its own newcomer takes its own new connection only once it has kept the server
+		// waiting a second: a client starved of CPU between its connect and its ClientHello, or
+		// within its handshake, is not silent.
+		{"a newcomer does not take its own address's new one waited on for 300 ms", []*cappedConn{conn("api1", http.StateNew, ago(300*time.Millisecond), nil)}, "", "10.0.0.1"},
+		{"a newcomer does not take its own address's handshake of 2 s waited on for 300 ms", []*cappedConn{conn("api1", http.StateNew, ago(2*time.Second), both(heard, reading(300*time.Millisecond)))}, "", "10.0.0.1"},
 		{"a newcomer takes its own address's connection silent for 3 s", []*cappedConn{conn("api1", http.StateNew, ago(3*time.Second), nil)}, "api1", "10.0.0.1"},
 		{"a flood's newcomer never takes the API server's idle connection", []*cappedConn{conn("api", http.StateIdle, ago(time.Minute), otherHost), conn("flood1", http.StateActive, ago(10*time.Millisecond), nil), conn("flood2", http.StateActive, ago(time.Second), judging)}, "", "10.0.0.1"},
 		{"a host holding more than the newcomer's gives up its stuck body", []*cappedConn{conn("api1", http.StateActive, ago(2*time.Second), both(otherHost, reading(2*time.Second))), conn("api2", http.StateActive, ago(time.Second), both(otherHost, reading(time.Second))), conn("flood1", http.StateActive, ago(time.Second), judging)}, "api1", "10.0.0.1"},
+		// Red team M: from a fresh address each, every host held one place, as few as the API
+		// server's newcomer, and gave up none, while the API server's calls waited past 5 s.
+		// What provably waits on its client gives up its place to any newcomer.
+		{"a stuck body of a host holding as many as the newcomer's", []*cappedConn{conn("sybil", http.StateActive, ago(time.Second), both(otherHost, reading(time.Second))), conn("api", http.StateActive, ago(time.Second), judging)}, "sybil", "10.0.0.1"},
+		{"an idle one of a host holding as many as the newcomer's keeps its place", []*cappedConn{conn("sybil", http.StateIdle, ago(time.Minute), otherHost), conn("api", http.StateActive, ago(time.Second), judging)}, "", "10.0.0.1"},
 		{"a review queued for a slot, before a silent and an idle one", []*cappedConn{conn("idle", http.StateIdle, ago(time.Minute), nil), conn("silent", http.StateNew, ago(time.Second), nil),
 			conn("queued", http.StateActive, ago(time.Second), queued), conn("judging", http.StateActive, ago(2*time.Second), judging)}, "queued", ""},
 		{"a queued review before a stuck body", []*cappedConn{conn("queued", http.StateActive, ago(time.Second), queued), conn("slow", http.StateActive, ago(time.Second), reading(time.Second))}, "queued", ""},

@@ -31,10 +31,10 @@ const (
 	// bytes, and each connection holds its own while it is served.
 	maxHeaderBytes = 8 << 10
 	// defaultMaxConnections bounds the connections open at once (--max-connections, conns.go).
-	// Each costs about 50 KiB (TLS state, buffers, a goroutine) whatever it sends, so
+	// Each costs about 90 KB of RSS (TLS state, buffers, a goroutine) whatever it sends, so
 	// unauthenticated clients that complete a handshake and send nothing took the webhook from
 	// 43 to 205 MB at 3,000 (the final red team; the chart's limit is 128 Mi); and each may read
-	// the first 64 KiB of a body from a reserve sized for them all (webhook.MaxConnections).
+	// the first 64 KiB of a body from a reserve sized for them all (Handler.MaxConnections).
 	defaultMaxConnections = webhook.DefaultMaxConnections
 )
 

@@ -35,8 +35,8 @@ const (
 // to a reserve of their own, sized for every connection of Handler.MaxConnections, so a review of
 // ordinary size (tens of KiB) never waits for budget, however many bodies are arriving or
 // stalled (the twelfth red team's slow bodies queued ahead of the API server's; red team M's
-// held a reserve for a quarter of the cap); the rest to a pool sized for one review of the largest size, which large bodies
-// share first come, first served.
+// held a reserve for a quarter of the cap); the rest to a pool sized for one review of the
+// largest size, which large bodies share first come, first served.
 const (
 	decodeFactor = 4
 	smallBody    = 64 << 10

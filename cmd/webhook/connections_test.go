@@ -167,12 +167,28 @@ func TestSilentConnectsCannotHoldTheGuard(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	t.Cleanup(func() { close(stop); wg.Wait() })
-	open := make(chan struct{}, 1500) // at most this many held at once
 	attacker := attackerDialer()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(time.Second / 300)
+	atRate(&wg, stop, 300, 1500, func() {
+		conn, err := attacker.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		go func() { <-stop; conn.Close() }()
+		var b [1]byte
+		_, _ = conn.Read(b[:]) // until the server closes it
+	})
+	time.Sleep(3 * time.Second)
+
+	answeredFromNewClients(t, addr, pool, `{}`, "300 silent connects a second")
+}
+
+// atRate runs client rate times a second, each in a goroutine of wg, at most most at once, until
+// stop is closed: a flood of connects.
+func atRate(wg *sync.WaitGroup, stop <-chan struct{}, rate, most int, client func()) {
+	open := make(chan struct{}, most)
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second / time.Duration(rate))
 		defer tick.Stop()
 		for {
 			select {
@@ -185,24 +201,9 @@ func TestSilentConnectsCannotHoldTheGuard(t *testing.T) {
 			default:
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-open }()
-				conn, err := attacker.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer conn.Close()
-				go func() { <-stop; conn.Close() }()
-				var b [1]byte
-				_, _ = conn.Read(b[:]) // until the server closes it
-			}()
+			wg.Go(func() { defer func() { <-open }(); client() })
 		}
-	}()
-	time.Sleep(3 * time.Second)
-
-	answeredFromNewClients(t, addr, pool, `{}`, "300 silent connects a second")
+	})
 }
 
 // cappedWebhook starts the webhook on 127.0.0.1 with --max-connections=max and returns its probe
@@ -383,24 +384,7 @@ func TestSlowClientsCannotHoldTheGuard(t *testing.T) {
 					})
 				}
 			} else {
-				open := make(chan struct{}, tc.concurrency)
-				wg.Go(func() {
-					tick := time.NewTicker(time.Second / time.Duration(tc.rate))
-					defer tick.Stop()
-					for {
-						select {
-						case <-stop:
-							return
-						case <-tick.C:
-						}
-						select {
-						case open <- struct{}{}:
-						default:
-							continue
-						}
-						wg.Go(func() { defer func() { <-open }(); one() })
-					}
-				})
+				atRate(&wg, stop, tc.rate, tc.concurrency, func() { one() })
 			}
 			// Every place is the flood's. A trickler's hold is cut short by its handshake's
 			// deadline (5 s): the reviews begin well before it.

@@ -246,15 +246,21 @@ func (l *capListener) Accept() (net.Conn, error) {
 	}
 }
 
+// placesByHost is how many open connections each client address holds. l.mu is held.
+func (l *capListener) placesByHost() map[string]int {
+	held := map[string]int{}
+	for c := range l.open {
+		held[c.host]++
+	}
+	return held
+}
+
 // next is the index in the lobby of the connection to let in next, or -1. l.mu is held.
 func (l *capListener) next() int {
 	if len(l.lobby) == 0 {
 		return -1
 	}
-	held := map[string]int{}
-	for c := range l.open {
-		held[c.host]++
-	}
+	held := l.placesByHost()
 	best := 0
 	for i, w := range l.lobby {
 		if held[w.host] < held[l.lobby[best].host] {
@@ -349,10 +355,7 @@ func (l *capListener) turnAway() net.Conn {
 // busiest host's oldest, so one client's flood costs its own connections, not the API server's, even when the
 // webhook is too starved of CPU to read a body within bodyGrace.
 func (l *capListener) evictable(now time.Time, newHost string) *cappedConn {
-	held := map[string]int{}
-	for c := range l.open {
-		held[c.host]++
-	}
+	held := l.placesByHost()
 	var stuck, queued, silent, idle []*cappedConn
 	for c := range l.open {
 		// What provably waits on its client (the kernel's word) gives up its place to anyone:

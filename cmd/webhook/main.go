@@ -192,8 +192,9 @@ func main() {
 		os.Exit(2)
 	}
 	log, slogger := newLogger(os.Stderr, o.logLevel)
-	if n := setSoftMemoryLimit(socketReserve(o.maxConnections)); n > 0 {
-		log.Info("memory: the runtime's soft limit is nine tenths of the container's, less the connections' socket buffers", "softLimitBytes", n, "socketReserveBytes", socketReserve(o.maxConnections))
+	reserve := socketReserve(o.maxConnections)
+	if n := setSoftMemoryLimit(reserve); n > 0 {
+		log.Info("memory: the runtime's soft limit is nine tenths of the container's, less the connections' socket buffers", "softLimitBytes", n, "socketReserveBytes", reserve)
 	}
 	// The standard library's logger too (net/http reports TLS handshake errors through it).
 	slog.SetDefault(slogger)

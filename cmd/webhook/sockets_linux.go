@@ -10,7 +10,10 @@ import (
 // unread is how many bytes from conn's client wait in the kernel, received and not yet read
 // (SIOCINQ): the ground truth that the client has spoken, which the server's goroutine, woken but
 // not yet run on a starved machine, cannot yet say. known is false where it cannot be asked.
-func unread(conn net.Conn) (n int, known bool) {
+func unread(conn net.Conn) (n int, known bool) { return socketQueue(conn, unix.SIOCINQ) }
+
+// socketQueue is the length of one of conn's kernel queues (an ioctl such as SIOCINQ).
+func socketQueue(conn net.Conn, req uint) (n int, known bool) {
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return 0, false
@@ -20,7 +23,7 @@ func unread(conn net.Conn) (n int, known bool) {
 		return 0, false
 	}
 	var ierr error
-	if err := raw.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil || ierr != nil {
+	if err := raw.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), req) }); err != nil || ierr != nil {
 		return 0, false
 	}
 	return n, true

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -158,5 +159,55 @@ func TestBodiesWaitingForThePoolAreRefusedInTime(t *testing.T) {
 		if g != "403" && g != "429" {
 			t.Fatalf("24 reviews of 8.7 MB at once: %q; want each judged (403) or refused unjudged (429), none an HTTP error the Pods entry's Ignore admits", got)
 		}
+	}
+}
+
+// stalledBody is a request body that gives its first byte and then waits for release, telling
+// blocked when the handler asks for more.
+type stalledBody struct {
+	sent    bool
+	blocked func()
+	release <-chan struct{}
+}
+
+func (b *stalledBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		p[0] = '{'
+		return 1, nil
+	}
+	b.blocked()
+	<-b.release
+	return 0, io.ErrUnexpectedEOF
+}
+
+// The bench's hostile connections (a POST claiming 7 MiB, a byte at a time) took the webhook to
+// 67-71 MiB of RSS, over the 64 MiB goal: each request held a 32 KiB read-ahead buffer and a
+// 32 KiB piece of body for the one byte it had sent, and a body grown by append left four times
+// its size as garbage. What a request holds grows with what its client has sent.
+func TestAStalledBodyHoldsLittle(t *testing.T) {
+	const n = 200
+	h := webhook.NewHTTPHandler(&webhook.Handler{Resolver: goodCluster(), Policy: webhook.Policy{RequireLiveLease: true}})
+	release := make(chan struct{})
+	var blocked, done sync.WaitGroup
+	blocked.Add(n)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range n {
+		r := httptest.NewRequest(http.MethodPost, "/validate?timeout=30s", &stalledBody{blocked: sync.OnceFunc(blocked.Done), release: release})
+		r.Header.Set("Content-Type", "application/json")
+		r.ContentLength = 7 << 20
+		done.Go(func() { h.ServeHTTP(httptest.NewRecorder(), r) })
+	}
+	blocked.Wait()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	close(release)
+	done.Wait()
+	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	t.Logf("a request that has sent one byte of a claimed 7 MiB holds %d bytes of heap", per)
+	if per > 16<<10 {
+		t.Errorf("a request that has sent one byte of its body holds %d bytes of heap, want at most 16 KiB", per)
 	}
 }

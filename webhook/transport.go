@@ -272,38 +272,34 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 		waitCtx, cancel = context.WithDeadline(ctx, d.Add(-min(time.Second, time.Until(d)/4)))
 		defer cancel()
 	}
-	// Grown as the body arrives: a Content-Length is a claim, never an allocation.
-	var body []byte
+	// Held as it arrives: a Content-Length is a claim, never an allocation.
+	var body bodyBuffer
 	for {
 		// A chunk is charged no further than the body can reach (its Content-Length): a charge for
 		// bytes that cannot come, made while waiting only for the body's end, would queue behind
 		// bodies waiting for the whole pool.
-		n := min(bodyChunk, maxReviewBytes+1-len(body))
-		charged := max(0, min(n, int(charge.most)-len(body)))
+		n := min(bodyChunk, maxReviewBytes+1-body.len())
+		charged := max(0, min(n, int(charge.most)-body.len()))
 		if err := charge.acquire(waitCtx, charged); err != nil {
-			if len(body) == 0 {
+			if body.len() == 0 {
 				return nil, http.StatusTooManyRequests, errors.New("the guard holds as many request bodies as it may; try again")
 			}
-			return drainRest(r.Body, keepUp, append([]byte(nil), body[:min(len(body), reviewPrefixBytes)]...), int64(len(body)), errBodiesBusy)
+			return drainRest(r.Body, keepUp, body.prefix(reviewPrefixBytes), int64(body.len()), errBodiesBusy)
 		}
 		keepUp(0)
-		if cap(body)-len(body) < n {
-			body = append(body[:len(body):len(body)], make([]byte, n)...)[:len(body)]
-		}
-		got, err := readChunk(src, body[len(body):len(body)+n])
-		body = body[:len(body)+got]
+		got, err := body.readFrom(src, n)
 		if got > charged { // more than the Content-Length said: net/http never lets it through
 			return nil, http.StatusBadRequest, errors.New("the body is longer than its Content-Length")
 		}
 		charge.refund(charged - got)
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			return nil, http.StatusRequestTimeout, fmt.Errorf("the body arrives slower than %d KiB/s (%d bytes in)", bodyChunk>>10, len(body))
-		case len(body) > maxReviewBytes:
-			return drainRest(r.Body, keepUp, append([]byte(nil), body[:reviewPrefixBytes]...), int64(len(body)), errReviewTooLarge)
+			return nil, http.StatusRequestTimeout, fmt.Errorf("the body arrives slower than %d KiB/s (%d bytes in)", bodyChunk>>10, body.len())
+		case body.len() > maxReviewBytes:
+			return drainRest(r.Body, keepUp, body.prefix(reviewPrefixBytes), int64(body.len()), errReviewTooLarge)
 		case errors.Is(err, io.EOF):
 			charge.done()
-			return body, 0, nil
+			return body.bytes(), 0, nil
 		case err != nil:
 			return nil, http.StatusBadRequest, fmt.Errorf("reading the request: %w", err)
 		}

@@ -24,8 +24,13 @@ type htmlUnescaper struct {
 	hasPending bool
 }
 
+// unescapeAhead is how far ahead of its caller htmlUnescaper reads: an escape is six bytes, and
+// every connection being read holds its own (at 32 KiB, half of what a hostile client sending a
+// byte at a time held; bodybuffer.go).
+const unescapeAhead = 4 << 10
+
 func newHTMLUnescaper(r io.Reader) *htmlUnescaper {
-	return &htmlUnescaper{r: bufio.NewReaderSize(r, 32<<10)}
+	return &htmlUnescaper{r: bufio.NewReaderSize(r, unescapeAhead)}
 }
 
 func (u *htmlUnescaper) Read(p []byte) (int, error) {

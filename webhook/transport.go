@@ -239,8 +239,8 @@ func (t *transport) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // deadlines). The status goes with the error: 408 too slow, 413 too large, 429 no budget before
 // the deadline. A body over maxReviewBytes once unescaped, or still waiting for budget shortly
 // before its deadline, is read to its end (drainRest: up to maxWireBytes, kept no further than
-// its first reviewPrefixBytes, which it returns with errReviewTooLarge or errBodiesBusy), so
-// that it can be answered.
+// what an answer needs of its first reviewPrefixBytes, returned with errReviewTooLarge or
+// errBodiesBusy), so that it can be answered.
 func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charge *bodyCharge) ([]byte, int, error) {
 	rc := http.NewResponseController(w)
 	deadlines := rc.SetReadDeadline(time.Time{}) == nil
@@ -284,7 +284,7 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 			if body.len() == 0 {
 				return nil, http.StatusTooManyRequests, errors.New("the guard holds as many request bodies as it may; try again")
 			}
-			return drainRest(r.Body, keepUp, body.prefix(reviewPrefixBytes), int64(body.len()), errBodiesBusy)
+			return drainRest(r.Body, keepUp, answerPrefix(body.prefix(reviewPrefixBytes)), int64(body.len()), errBodiesBusy)
 		}
 		keepUp(0)
 		got, err := body.readFrom(src, n)
@@ -296,7 +296,7 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, charg
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return nil, http.StatusRequestTimeout, fmt.Errorf("the body arrives slower than %d KiB/s (%d bytes in)", bodyChunk>>10, body.len())
 		case body.len() > maxReviewBytes:
-			return drainRest(r.Body, keepUp, body.prefix(reviewPrefixBytes), int64(body.len()), errReviewTooLarge)
+			return drainRest(r.Body, keepUp, answerPrefix(body.prefix(reviewPrefixBytes)), int64(body.len()), errReviewTooLarge)
 		case errors.Is(err, io.EOF):
 			charge.done()
 			return body.bytes(), 0, nil
@@ -341,11 +341,16 @@ const maxWireBytes = 64 << 20
 // with cause (errReviewTooLarge or errBodiesBusy), or 413 when even the wire's bound is passed.
 // total is what was read before.
 func drainRest(src io.Reader, keepUp func(past time.Duration), prefix []byte, total int64, cause error) ([]byte, int, error) {
-	buf := make([]byte, bodyChunk)
-	for {
-		keepUp(answerTimeout / 2)
+	// Read a piece at a time, each bodyChunk given its own bodyChunkTimeout as readBody gives it.
+	buf := make([]byte, minPiece)
+	for since := bodyChunk; ; {
+		if since >= bodyChunk {
+			keepUp(answerTimeout / 2)
+			since = 0
+		}
 		got, err := readChunk(src, buf)
 		total += int64(got)
+		since += got
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return nil, http.StatusRequestTimeout, fmt.Errorf("the body arrives slower than %d KiB/s (%d bytes in)", bodyChunk>>10, total)
@@ -363,6 +368,22 @@ func drainRest(src io.Reader, keepUp func(past time.Duration), prefix []byte, to
 // objects (uid, kind, resource, name, namespace, operation, user); ok is false when it does not
 // say them all, or says one longer than the API server ever sends (checkLengths).
 func reviewPrefix(prefix []byte) (Request, bool) {
+	r, _, ok := scanPrefix(prefix)
+	return r, ok
+}
+
+// answerPrefix is a copy of as much of prefix as reviewPrefix reads (nothing when it would not
+// answer from it): a body drained for tens of seconds holds that, not reviewPrefixBytes.
+func answerPrefix(prefix []byte) []byte {
+	_, end, ok := scanPrefix(prefix)
+	if !ok {
+		return nil
+	}
+	return append([]byte(nil), prefix[:end]...)
+}
+
+// scanPrefix is reviewPrefix, with how far into prefix it read.
+func scanPrefix(prefix []byte) (Request, int, bool) {
 	dec := json.NewDecoder(bytes.NewReader(prefix))
 	var r admissionv1.AdmissionRequest
 	var apiVersion, kind string
@@ -373,31 +394,31 @@ func reviewPrefix(prefix []byte) (Request, bool) {
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return Request{}, false
+			return Request{}, 0, false
 		}
 		switch tok {
 		case json.Delim('{'):
 			continue
 		case json.Delim('}'):
-			return Request{}, false
+			return Request{}, 0, false
 		}
 		key, isKey := tok.(string)
 		switch {
 		case !isKey:
-			return Request{}, false
+			return Request{}, 0, false
 		case !inReq && key == "request":
 			into, inReq = inRequest, true
 			continue
 		case inReq && (key == "object" || key == "oldObject"):
 			ok := apiVersion == "admission.k8s.io/v1" && kind == "AdmissionReview" && r.UID != "" && r.Kind.Kind != "" && r.Operation != "" && checkLengths(&r) == nil
-			return Request{AdmissionRequest: r}, ok
+			return Request{AdmissionRequest: r}, int(dec.InputOffset()), ok
 		}
 		dst, known := into[key]
 		if !known {
 			dst = &json.RawMessage{}
 		}
 		if err := dec.Decode(dst); err != nil {
-			return Request{}, false
+			return Request{}, 0, false
 		}
 	}
 }

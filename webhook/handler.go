@@ -142,7 +142,7 @@ func (h *Handler) Handle(ctx context.Context, req Request) (resp Response) {
 		(req.Operation == admissionv1.Create || req.Operation == admissionv1.Update || req.Operation == admissionv1.Delete):
 		return h.handleConfigMap(ctx, req, log, start)
 	case isRBACKind(gvk) && h.Accounts != nil && req.SubResource == "" &&
-		(req.Operation == admissionv1.Update || req.Operation == admissionv1.Delete):
+		(req.Operation == admissionv1.Update || req.Operation == admissionv1.Delete || req.Operation == admissionv1.Create && gvk != gvkServiceAccount):
 		return h.handleRBAC(ctx, req, log, start)
 	case isScale(req):
 		return h.handleScale(ctx, req, log, start)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,19 +30,23 @@ var (
 	gvkServiceAccount     = schema.GroupVersionKind{Version: "v1", Kind: "ServiceAccount"}
 )
 
-// RBACKinds are the kinds whose UPDATE and DELETE can take a writer's lease access or token away.
+// RBACKinds are the kinds whose UPDATE and DELETE can take a writer's lease access or token away,
+// and (but for ServiceAccount) whose CREATE and UPDATE can give it every verb on leases, which
+// the lease guard refuses.
 var RBACKinds = []schema.GroupVersionKind{gvkRole, gvkRoleBinding, gvkClusterRole, gvkClusterRoleBinding, gvkServiceAccount}
 
 // isRBACKind reports whether gvk is one of RBACKinds.
 func isRBACKind(gvk schema.GroupVersionKind) bool { return slices.Contains(RBACKinds, gvk) }
 
-// RBACChange is an UPDATE or DELETE of a Role, RoleBinding, ClusterRole, ClusterRoleBinding or
-// ServiceAccount, as the authorizer and the kubelet will see it.
+// RBACChange is a CREATE, UPDATE or DELETE of a Role, RoleBinding, ClusterRole or
+// ClusterRoleBinding, or an UPDATE or DELETE of a ServiceAccount, as the authorizer and the kubelet
+// will see it. A created object is one whose old state grants nothing.
 type RBACChange struct {
 	Kind      string
 	Namespace string // "" for the cluster-scoped kinds
 	Name      string
 	Deleted   bool
+	Created   bool
 	// OldBinding and NewBinding are set for the binding kinds (NewBinding nil on delete).
 	OldBinding, NewBinding *Binding
 	// OldRules and NewRules are set for the role kinds.
@@ -58,8 +63,9 @@ type RBACChange struct {
 	// clusterRoleScopes are the namespaces whose RoleBindings may grant a ClusterRole under
 	// review (Handler.ClusterRoleScopes).
 	clusterRoleScopes []string
-	// removed caches removedSubjects (a binding may name tens of thousands of subjects).
-	removed *[]rbacv1.Subject
+	// removed and added cache removedSubjects and addedSubjects (a binding may name tens of
+	// thousands of subjects).
+	removed, added *[]rbacv1.Subject
 	// guardsSelf is set when the webhook keeps its own access (Handler.Self): a role that grants
 	// what it verifies writers with matters too.
 	guardsSelf bool
@@ -67,8 +73,11 @@ type RBACChange struct {
 
 func (c *RBACChange) String() string {
 	verb := "editing"
-	if c.Deleted {
+	switch {
+	case c.Deleted:
 		verb = "deleting"
+	case c.Created:
+		verb = "creating"
 	}
 	if c.Namespace == "" {
 		return fmt.Sprintf("%s %s %s", verb, c.Kind, c.Name)
@@ -90,9 +99,14 @@ func (c *RBACChange) role() (RoleKey, bool) {
 	return RoleKey{Namespace: c.Namespace, Name: c.Name}, true
 }
 
-// DecodeRBACChange decodes a review's object and old object (raw JSON, newRaw empty on DELETE).
-func DecodeRBACChange(gvk schema.GroupVersionKind, namespace, name string, newRaw, oldRaw []byte, deleted bool) (*RBACChange, error) {
-	c := &RBACChange{Kind: gvk.Kind, Namespace: namespace, Name: name, Deleted: deleted}
+// DecodeRBACChange decodes a review's object and old object (raw JSON: newRaw empty on DELETE,
+// oldRaw on CREATE).
+func DecodeRBACChange(gvk schema.GroupVersionKind, namespace, name string, newRaw, oldRaw []byte, op admissionv1.Operation) (*RBACChange, error) {
+	deleted, created := op == admissionv1.Delete, op == admissionv1.Create
+	if created && gvk == gvkServiceAccount {
+		return nil, errors.New("a created ServiceAccount takes nothing from anyone")
+	}
+	c := &RBACChange{Kind: gvk.Kind, Namespace: namespace, Name: name, Deleted: deleted, Created: created}
 	if gvk == gvkClusterRole || gvk == gvkClusterRoleBinding {
 		c.Namespace = ""
 	}
@@ -102,7 +116,14 @@ func DecodeRBACChange(gvk schema.GroupVersionKind, namespace, name string, newRa
 		}
 		return decodeInto(raw, into, gvk)
 	}
+	// A created object's old state is the zero object: no rules, no subjects, no labels.
 	both := func(newObj, oldObj any) error {
+		if created {
+			if err := decode(newRaw, newObj); err != nil {
+				return fmt.Errorf("object: %w", err)
+			}
+			return decodeInto([]byte(`{}`), oldObj, gvk)
+		}
 		if err := decode(oldRaw, oldObj); err != nil {
 			return fmt.Errorf("old object: %w", err)
 		}
@@ -121,7 +142,7 @@ func DecodeRBACChange(gvk schema.GroupVersionKind, namespace, name string, newRa
 			return nil, err
 		}
 		c.OldRules, c.NewRules = o.Rules, n.Rules
-		c.fillName(o.Name)
+		c.fillName(orName(o.Name, n.Name))
 	case gvkClusterRole:
 		var n, o rbacv1.ClusterRole
 		if err := both(&n, &o); err != nil {
@@ -130,40 +151,40 @@ func DecodeRBACChange(gvk schema.GroupVersionKind, namespace, name string, newRa
 		c.OldRules, c.NewRules = o.Rules, n.Rules
 		c.OldLabels, c.NewLabels = o.Labels, n.Labels
 		c.OldAggregation, c.NewAggregation = o.AggregationRule, n.AggregationRule
-		c.fillName(o.Name)
+		c.fillName(orName(o.Name, n.Name))
 	case gvkRoleBinding:
 		var n, o rbacv1.RoleBinding
 		if err := both(&n, &o); err != nil {
 			return nil, err
 		}
-		o.Namespace, n.Namespace, o.Name, n.Name = c.Namespace, c.Namespace, orName(c.Name, o.Name), orName(c.Name, o.Name)
+		o.Namespace, n.Namespace, o.Name, n.Name = c.Namespace, c.Namespace, orName(c.Name, orName(o.Name, n.Name)), orName(c.Name, orName(o.Name, n.Name))
 		ob := BindingOfRoleBinding(&o)
 		c.OldBinding = &ob
 		if !deleted {
 			nb := BindingOfRoleBinding(&n)
 			c.NewBinding = &nb
 		}
-		c.fillName(o.Name)
+		c.fillName(orName(o.Name, n.Name))
 	case gvkClusterRoleBinding:
 		var n, o rbacv1.ClusterRoleBinding
 		if err := both(&n, &o); err != nil {
 			return nil, err
 		}
-		o.Name, n.Name = orName(c.Name, o.Name), orName(c.Name, o.Name)
+		o.Name, n.Name = orName(c.Name, orName(o.Name, n.Name)), orName(c.Name, orName(o.Name, n.Name))
 		ob := BindingOfClusterRoleBinding(&o)
 		c.OldBinding = &ob
 		if !deleted {
 			nb := BindingOfClusterRoleBinding(&n)
 			c.NewBinding = &nb
 		}
-		c.fillName(o.Name)
+		c.fillName(orName(o.Name, n.Name))
 	case gvkServiceAccount:
 		var n, o corev1.ServiceAccount
 		if err := both(&n, &o); err != nil {
 			return nil, err
 		}
 		c.NewAutomount = n.AutomountServiceAccountToken
-		c.fillName(o.Name)
+		c.fillName(orName(o.Name, n.Name))
 	default:
 		return nil, fmt.Errorf("%w: %s", ErrUnknownKind, gvk)
 	}
@@ -556,6 +577,32 @@ func (c *RBACChange) removedSubjects() []rbacv1.Subject {
 	return out
 }
 
+// addedSubjects are the subjects the new binding names that the old did not (all of them for a
+// created binding): a grant reaches them, and one of every verb on leases disarms a writer among
+// them (the lease guard refuses its renewals).
+func (c *RBACChange) addedSubjects() []rbacv1.Subject {
+	if c.added != nil {
+		return *c.added
+	}
+	var out []rbacv1.Subject
+	if c.NewBinding != nil {
+		type key struct{ kind, name, namespace string }
+		had := map[key]struct{}{}
+		if c.OldBinding != nil && c.OldBinding.RoleRef == c.NewBinding.RoleRef {
+			for _, o := range c.OldBinding.Subjects {
+				had[key{o.Kind, o.Name, orName(o.Namespace, c.Namespace)}] = struct{}{}
+			}
+		}
+		for _, s := range c.NewBinding.Subjects {
+			if _, ok := had[key{s.Kind, s.Name, orName(s.Namespace, c.Namespace)}]; !ok {
+				out = append(out, s)
+			}
+		}
+	}
+	c.added = &out
+	return out
+}
+
 // changes reports whether the change edits role k, itself or through the aggregation controller.
 func (c *RBACChange) changes(k RoleKey) bool {
 	_, rewritten := c.rewrites[k]
@@ -579,6 +626,11 @@ func (c *RBACChange) AffectedNeeds(f *Facts, clusterRoleScopes []string) Query {
 	case c.isBinding():
 		if len(c.removedSubjects()) > 0 {
 			if k, ok := c.OldBinding.roleOf(); ok {
+				b.role(k)
+			}
+		}
+		if len(c.addedSubjects()) > 0 {
+			if k, ok := c.NewBinding.roleOf(); ok {
 				b.role(k)
 			}
 		}
@@ -672,27 +724,34 @@ func (c *RBACChange) affected(f *Facts, clusterRoleScopes []string, add func(rba
 			add(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: c.Name}, c.Namespace)
 		}
 	case c.isBinding():
-		removed := c.removedSubjects()
-		if len(removed) == 0 {
-			return nil
-		}
-		k, ok := c.OldBinding.roleOf()
-		if !ok {
-			return nil
-		}
-		role, ok := f.Roles[k]
-		switch {
-		case !ok:
-			return fmt.Errorf("%s: %w", k, errNotLookedUp)
-		case role.NotFound:
-			return nil
-		case role.Err != nil:
-			return role.Err
-		case !rulesMayGrantLeases(role.Rules):
-			return nil
-		}
-		for _, s := range removed {
-			add(s, c.Namespace)
+		// The subjects it removes lose what its role grants on leases; the subjects it adds gain
+		// it, which disarms only when it is every verb.
+		for _, side := range []struct {
+			subjects []rbacv1.Subject
+			binding  *Binding
+			matters  func([]rbacv1.PolicyRule) bool
+		}{{c.removedSubjects(), c.OldBinding, rulesMayGrantLeases}, {c.addedSubjects(), c.NewBinding, rulesGrantLeaseWildcard}} {
+			if len(side.subjects) == 0 {
+				continue
+			}
+			k, ok := side.binding.roleOf()
+			if !ok {
+				continue
+			}
+			role, ok := f.Roles[k]
+			switch {
+			case !ok:
+				return fmt.Errorf("%s: %w", k, errNotLookedUp)
+			case role.NotFound:
+				continue
+			case role.Err != nil:
+				return role.Err
+			case !side.matters(role.Rules):
+				continue
+			}
+			for _, s := range side.subjects {
+				add(s, c.Namespace)
+			}
 		}
 	case c.isRole():
 		if !c.roleMayMatter() {

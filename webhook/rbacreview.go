@@ -13,11 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// handleRBAC judges an UPDATE or DELETE of a Role, RoleBinding, ClusterRole, ClusterRoleBinding or
+// handleRBAC judges a CREATE, UPDATE or DELETE of a Role, RoleBinding, ClusterRole, ClusterRoleBinding or
 // ServiceAccount (issue 17, "disarming is refused wherever it comes from"): kubectl, Helm, an apply
 // of `helm template` output and Argo CD all send the same request. It finds the accounts the change
 // can take something from (RBACChange.Affected: the removed subjects of a binding whose role grants
-// lease verbs, the subjects of every binding of a role that does, the ServiceAccount itself), the
+// lease verbs, the added subjects of one whose role grants every verb on leases, which the lease
+// guard refuses, the subjects of every binding of a role that does either, the ServiceAccount
+// itself), the
 // guarded objects that run as them (Accounts, from the watches), and judges each with the facts as
 // the change leaves them (DecideRBACChange). Facts are read fresh: two removals in a row each see
 // the other's result.
@@ -29,7 +31,7 @@ func (h *Handler) handleRBAC(ctx context.Context, req Request, log logr.Logger, 
 		log.Info("decision", "allowed", false, "reason", reason, "why", msg)
 		return denied(msg)
 	}
-	change, err := DecodeRBACChange(gvk, req.Namespace, req.Name, req.Object.Raw, req.OldObject.Raw, req.Operation == admissionv1.Delete)
+	change, err := DecodeRBACChange(gvk, req.Namespace, req.Name, req.Object.Raw, req.OldObject.Raw, req.Operation)
 	if err != nil {
 		h.observe(req, kind, false, ReasonMalformed, time.Since(start))
 		return errored(http.StatusBadRequest, fmt.Errorf("ehdb-election guard: malformed %s: %w", kind, err))

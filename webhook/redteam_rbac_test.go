@@ -113,8 +113,9 @@ func TestRBACChangesAreJudgedByWhatTheyTakeFromArmedWriters(t *testing.T) {
 			append(disarming, "StatefulSet noetl/"+wt.WriterName, "may not get, create, update coordination.k8s.io leases"), false},
 		{"the writer removed from the RoleBinding's subjects", []any{armed}, nil, admissionv1.Update, rbKind, chartRole,
 			roleBinding(chartRole, "Role", chartRole, saSubject("someone-else")), chartRB, false, disarming, false},
+		// Its role is read: a subject added to a binding of every verb on leases is disarmed.
 		{"a subject added to the RoleBinding", []any{armed}, nil, admissionv1.Update, rbKind, chartRole,
-			roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA), saSubject("more")), chartRB, true, nil, true},
+			roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA), saSubject("more")), chartRB, true, nil, false},
 		{"the chart's Role deleted", []any{armed}, nil, admissionv1.Delete, roleKind, chartRole, nil, mkRole(chartRole, leaseRule), false, disarming, false},
 		{"the Role loses create and update", []any{armed}, nil, admissionv1.Update, roleKind, chartRole,
 			mkRole(chartRole, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch"}}),
@@ -256,6 +257,27 @@ func TestRBACChangesThatTheLeaseGuardWouldRefuse(t *testing.T) {
 			}
 		}
 	}
+	leaseWildcard := rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}}
+	userSubject := rbacv1.Subject{Kind: "User", APIGroup: rbacv1.GroupName, Name: "bob"}
+	// withWide adds a Role "wide" granting every verb on leases and a RoleBinding "extra" of it to
+	// the user bob, as asked; the authorizer's answer is the RBAC's.
+	withWide := func(role, binding bool) func(*wt.Resolver) {
+		return func(c *wt.Resolver) {
+			if role {
+				c.Roles = append(c.Roles, *mkRole("wide", leaseWildcard))
+			}
+			if binding {
+				rb := roleBinding("extra", "Role", "wide", userSubject)
+				if !role {
+					rb.Subjects = []rbacv1.Subject{saSubject(wt.WriterSA)}
+				}
+				c.RoleBindings = append(c.RoleBindings, *rb)
+			}
+		}
+	}
+	withEverything := func(c *wt.Resolver) {
+		c.ClusterRoles = append(c.ClusterRoles, rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "everything"}, Rules: []rbacv1.PolicyRule{everything}})
+	}
 	for _, tc := range []struct {
 		name    string
 		cluster func(*wt.Resolver)
@@ -275,6 +297,38 @@ func TestRBACChangesThatTheLeaseGuardWouldRefuse(t *testing.T) {
 		}, true, ""},
 		{"failing its lease guard, a binding it does not need deleted", withDebug(true), func(t *testing.T) []byte {
 			return rbacReview(t, admissionv1.Delete, rbKind, chartRole, nil, chartRB)
+		}, true, ""},
+		// Red team N of stop 33: a grant was judged only as an UPDATE of a Role that added "*"; a
+		// new Role or binding, a subject added to a binding, the probe verb named, and a
+		// ClusterRoleBinding of cluster-admin were each admitted (not sent, or judged by the
+		// subjects a binding lost), and the writer's renewals were refused from then on.
+		{"a new Role granting every verb on leases, named by a binding of the writer", withWide(false, true), func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Create, roleKind, "wide", mkRole("wide", leaseWildcard), nil)
+		}, false, "lease guard"},
+		{"a new RoleBinding of such a Role to the writer", withWide(true, false), func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Create, rbKind, "extra", roleBinding("extra", "Role", "wide", saSubject(wt.WriterSA)), nil)
+		}, false, "lease guard"},
+		{"the writer added to a binding of such a Role", withWide(true, true), func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Update, rbKind, "extra", roleBinding("extra", "Role", "wide", userSubject, saSubject(wt.WriterSA)), roleBinding("extra", "Role", "wide", userSubject))
+		}, false, "lease guard"},
+		{"every account of the namespace added to a binding of such a Role", withWide(true, true), func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Update, rbKind, "extra", roleBinding("extra", "Role", "wide", userSubject, rbacv1.Subject{Kind: "Group", APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + ns}), roleBinding("extra", "Role", "wide", userSubject))
+		}, false, "lease guard"},
+		{"the writer's Role given the probe verb", nil, func(t *testing.T) []byte {
+			probe := mkRole(chartRole, electRule, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{webhook.VerbWildcardProbe}})
+			return rbacReview(t, admissionv1.Update, roleKind, chartRole, probe, mkRole(chartRole, electRule))
+		}, false, "lease guard"},
+		{"a new ClusterRoleBinding of cluster-admin to the writer", withEverything, func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Create, crbKind, debug.Name, debug, nil)
+		}, false, "lease guard"},
+		{"a new RoleBinding of such a Role to another account", withWide(true, false), func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Create, rbKind, "extra", roleBinding("extra", "Role", "wide", saSubject("idle")), nil)
+		}, true, ""},
+		{"a new RoleBinding of a Role granting the writer what it has", nil, func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Create, rbKind, "extra", roleBinding("extra", "Role", chartRole, saSubject(wt.WriterSA)), nil)
+		}, true, ""},
+		{"a new Role granting every verb on leases that nothing binds", nil, func(t *testing.T) []byte {
+			return rbacReview(t, admissionv1.Create, roleKind, "wide", mkRole("wide", leaseWildcard), nil)
 		}, true, ""},
 		{"the writer's Role given one more rule", nil, func(t *testing.T) []byte {
 			more := mkRole(chartRole, electRule, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}})

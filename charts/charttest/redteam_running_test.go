@@ -282,4 +282,49 @@ func TestRedTeamGrantThatTheLeaseGuardRefuses(t *testing.T) {
 		return err
 	})
 	disarmRefused(t, "a role of the running writer that granted nothing on leases widened to leases \"*\"", err, "Pod "+rt.ns+"/w-0", "lease guard")
+
+	// Red team N of stop 33: grants were judged only as role UPDATEs adding "*". A new binding
+	// of such a role, a subject added to one, the probe verb named, and a ClusterRoleBinding of
+	// cluster-admin were each admitted (never sent, or judged by the subjects a binding lost), and
+	// the writer's renewals were refused from then on.
+	dryCreate := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	refusedSoon := func(name string, ask func(context.Context) error) {
+		t.Helper()
+		disarmRefused(t, name, answerOnce(10*time.Second, func(err error) bool { return err != nil }, ask), "Pod "+rt.ns+"/w-0", "lease guard")
+	}
+	if _, err := cs.RbacV1().Roles(rt.ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "wide"}, Rules: leases("*")}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a Role of every verb on leases that nothing binds: %v", err)
+	}
+	bindWide := func(subjects ...rbacv1.Subject) *rbacv1.RoleBinding {
+		return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "wide"}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "wide"}, Subjects: subjects}
+	}
+	writerSubject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: rt.ns}
+	bob := rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "bob"}
+	refusedSoon("a new RoleBinding of every verb on leases to the running writer", func(ctx context.Context) error {
+		_, err := cs.RbacV1().RoleBindings(rt.ns).Create(ctx, bindWide(writerSubject), dryCreate)
+		return err
+	})
+	users, err := cs.RbacV1().RoleBindings(rt.ns).Create(ctx, bindWide(bob), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a RoleBinding of every verb on leases to a user: %v", err)
+	}
+	users.Subjects = append(users.Subjects, writerSubject)
+	refusedSoon("the running writer added to a RoleBinding of every verb on leases", func(ctx context.Context) error {
+		_, err := cs.RbacV1().RoleBindings(rt.ns).Update(ctx, users, dryUpdate)
+		return err
+	})
+	probe := extra.DeepCopy()
+	probe.Rules = append(probe.Rules[:1:1], leases(webhook.VerbWildcardProbe)...)
+	refusedSoon("a role of the running writer that granted nothing on leases given the lease guard's probe verb", func(ctx context.Context) error {
+		_, err := cs.RbacV1().Roles(rt.ns).Update(ctx, probe, dryUpdate)
+		return err
+	})
+	refusedSoon("a new ClusterRoleBinding of cluster-admin to the running writer", func(ctx context.Context) error {
+		_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-debug"},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"}, Subjects: []rbacv1.Subject{writerSubject}}, dryCreate)
+		return err
+	})
+	_, err = cs.RbacV1().RoleBindings(rt.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: account + "-again"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: account}, Subjects: []rbacv1.Subject{writerSubject}}, dryCreate)
+	admitted(t, "a new RoleBinding granting the running writer what it has", err)
 }

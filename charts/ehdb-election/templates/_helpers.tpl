@@ -320,12 +320,13 @@ update or ehdb-elect (the verb the lease guard admits writers by) on coordinatio
 {{- end }}
 
 {{/*
-ehdb-election.cel.rulesGrantLeaseWildcard: the rules of the object at the path given grant every verb
-on coordination.k8s.io leases (a "*" verb): the lease guard refuses such an account's Lease writes,
-so a role edit that grants it can disarm a writer as a removal does.
+ehdb-election.cel.rulesGrantLeaseWildcard: the rules of the object at the path given may grant the
+lease guard's wildcard probe on coordination.k8s.io leases (a "*" verb, or the probe verb named): the
+lease guard refuses such an account's Lease writes, so a role that grants it can disarm a writer as
+a removal does.
 */}}
 {{- define "ehdb-election.cel.rulesGrantLeaseWildcard" -}}
-(has({{ . }}.rules) && {{ . }}.rules.exists(r, has(r.apiGroups) && r.apiGroups.exists(g, g == '*' || g == 'coordination.k8s.io') && has(r.resources) && r.resources.exists(x, x == '*' || x == 'leases') && has(r.verbs) && r.verbs.exists(v, v == '*')))
+(has({{ . }}.rules) && {{ . }}.rules.exists(r, has(r.apiGroups) && r.apiGroups.exists(g, g == '*' || g == 'coordination.k8s.io') && has(r.resources) && r.resources.exists(x, x == '*' || x == 'leases') && has(r.verbs) && r.verbs.exists(v, v == '*' || v == 'ehdb-elect-wildcard-probe')))
 {{- end }}
 
 {{/*

@@ -193,6 +193,27 @@ func TestRedTeamNamespaceDeletion(t *testing.T) {
 	if _, err := rt.cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("ns9"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the armed writer: %v", err)
 	}
+	// Red team N of stop 33: the namespace controller's name, got by a token of its account or by
+	// impersonation, deleted the writer's RoleBinding and the election's ConfigMap in a namespace
+	// that was not being deleted, unreviewed. Refused now; the real one, below, still finishes.
+	if _, err := rt.cs.CoreV1().ConfigMaps(rt.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "flags9"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bindings, err := rt.cs.RbacV1().RoleBindings(rt.ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(bindings.Items) == 0 {
+		t.Fatalf("the writer's RoleBinding: %v (%d found)", err, len(bindings.Items))
+	}
+	nc := impersonating(t, rt.testRelease, "system:serviceaccount:kube-system:namespace-controller", "system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated")
+	dryDelete := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	for what, del := range map[string]func() error{
+		"the writer's RoleBinding": func() error { return nc.RbacV1().RoleBindings(rt.ns).Delete(ctx, bindings.Items[0].Name, dryDelete) },
+		"a ConfigMap":              func() error { return nc.CoreV1().ConfigMaps(rt.ns).Delete(ctx, "flags9", dryDelete) },
+	} {
+		err := answerOnce(10*time.Second, func(err error) bool { return err != nil }, func(context.Context) error { return del() })
+		if err == nil || !strings.Contains(err.Error(), "namespace controller deletes only in a namespace being deleted") {
+			t.Errorf("%s deleted as the namespace controller in a live namespace: %v; want the chart's policy to refuse it", what, err)
+		}
+	}
 	if err := rt.cs.CoreV1().Namespaces().Delete(ctx, rt.ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

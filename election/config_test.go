@@ -37,6 +37,10 @@ func TestParseConfig(t *testing.T) {
 		{"lease above 300: clamped", env(EnvLeaseSecs, "301"), Config{LeaseDuration: 300 * s, RenewInterval: 100 * s},
 			[]string{"clamped to 300"}},
 		{"lease negative", env(EnvLeaseSecs, "-5"), Config{LeaseDuration: 3 * s, RenewInterval: 1 * s}, []string{"clamped to 3"}},
+		// Red team O of stop 33: a number past int64 was "not a whole number", and the default ran.
+		{"lease past int64: clamped", env(EnvLeaseSecs, "99999999999999999999"), Config{LeaseDuration: 300 * s, RenewInterval: 100 * s}, []string{"clamped to 300"}},
+		{"lease past -int64: clamped", env(EnvLeaseSecs, "-99999999999999999999"), Config{LeaseDuration: 3 * s, RenewInterval: 1 * s}, []string{"clamped to 3"}},
+		{"renew past int64: clamped", env(EnvLeaseSecs, "300", EnvRenewSecs, "99999999999999999999"), Config{LeaseDuration: 300 * s, RenewInterval: 150 * s}, []string{"clamped to 150"}},
 		{"lease unparseable: default", env(EnvLeaseSecs, "15s"), Config{LeaseDuration: 15 * s, RenewInterval: 5 * s},
 			[]string{`NOETL_EHDB_ELECTION_LEASE_SECS="15s" is not a whole number of seconds; using the default 15`}},
 		{"renew set", env(EnvRenewSecs, "2"), Config{LeaseDuration: 15 * s, RenewInterval: 2 * s}, nil},

@@ -6,6 +6,7 @@
 package electionenv
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -93,7 +94,7 @@ func Parse(lookup func(string) (string, bool)) (Config, []error) {
 
 	lease := int64(defaultLeaseSecs)
 	if v, ok := get(EnvLeaseSecs); ok {
-		n, err := strconv.ParseInt(v, 10, 64)
+		n, err := seconds(v)
 		switch {
 		case err != nil:
 			problems = append(problems, fmt.Errorf("%s=%q is not a whole number of seconds; using the default %d", EnvLeaseSecs, v, defaultLeaseSecs))
@@ -104,7 +105,7 @@ func Parse(lookup func(string) (string, bool)) (Config, []error) {
 
 	renew := lease / 3
 	if v, ok := get(EnvRenewSecs); ok {
-		n, err := strconv.ParseInt(v, 10, 64)
+		n, err := seconds(v)
 		switch {
 		case err != nil:
 			problems = append(problems, fmt.Errorf("%s=%q is not a whole number of seconds; using the default %d (lease/3)", EnvRenewSecs, v, renew))
@@ -148,6 +149,17 @@ func Parse(lookup func(string) (string, bool)) (Config, []error) {
 		cfg.Namespace = v
 	}
 	return cfg, problems
+}
+
+// seconds parses a whole number of seconds. One past int64's range is read as its bound, to be
+// clamped like any other out of range (SPEC: "an out-of-range one is clamped"): rejected, it ran
+// the default, and "99999999999999999999" gave a 15 s lease, not 300 (red team O of stop 33).
+func seconds(v string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return n, nil // ParseInt gives the bound of the sign
+	}
+	return n, err
 }
 
 func clamp(n, lo, hi int64, name string, problems *[]error) int64 {

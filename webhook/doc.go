@@ -188,7 +188,11 @@
 //     namespaces, a ClusterRole(Binding) edit while the webhook is down (its entry fails open), and
 //     `helm uninstall` of the webhook's own release (its pre-delete hook removes the webhook first).
 //     The namespace controller's deletes never reach the webhook (the chart's matchConditions): it
-//     deletes only in a namespace being deleted, its writers with it. Edits of a running Pod's
+//     deletes only in a namespace being deleted, its writers with it, and the chart's
+//     ValidatingAdmissionPolicy refuses its name deleting anywhere else. A grant disarms as a
+//     removal does when it gives an armed writer's account every verb on leases (the lease guard
+//     refuses such an account): a role created or edited to grant "*" or the probe verb there, a
+//     binding created or given subjects (addedSubjects), judged by what its role grants. Edits of a running Pod's
 //     labels and annotations fail closed, unlike a Pod's creation and binding (decide.go): they
 //     create nothing, and may disarm it.
 //   - Liveness (9). With the Lease watch on, the order check judges a Lease live when the webhook's

@@ -423,7 +423,7 @@ func TestWebhookDeploymentFollowsTheContract(t *testing.T) {
 				t.Fatalf("want one container, got %d (+%d init)", len(pod.Containers), len(pod.InitContainers))
 			}
 			c := pod.Containers[0]
-			if c.Image != "ghcr.io/noetl/ehdb-election-webhook:0.2.0" {
+			if c.Image != "ghcr.io/noetl/ehdb-election-webhook:0.3.0" {
 				t.Errorf("image = %s, want the chart's appVersion tag", c.Image)
 			}
 			wantArgs := []string{

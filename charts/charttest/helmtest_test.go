@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -47,8 +48,18 @@ func testHooks(t *testing.T, hooks []*unstructured.Unstructured) (objs []*unstru
 // code and the output.
 func runTestPod(t *testing.T, rt *redTeam) (int, string) {
 	t.Helper()
+	if err := createTestHooks(t, rt); err != nil {
+		t.Fatal(err)
+	}
+	return runTestCheck(t, rt)
+}
+
+// createTestHooks creates the test hooks but the Pod, as `helm test` does (each goes through
+// admission, an existing one too).
+func createTestHooks(t *testing.T, rt *redTeam) error {
+	t.Helper()
 	ctx := context.Background()
-	objs, pod := testHooks(t, rt.rendered.Hooks)
+	objs, _ := testHooks(t, rt.rendered.Hooks)
 	o := newObjects(t, rt.c)
 	for _, h := range objs {
 		if h.GetKind() == "Pod" {
@@ -59,9 +70,17 @@ func runTestPod(t *testing.T, rt *redTeam) (int, string) {
 			t.Fatal(err)
 		}
 		if _, err := ri.Create(ctx, h, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
-			t.Fatalf("creating the test hook %s %s: %v", h.GetKind(), h.GetName(), err)
+			return fmt.Errorf("creating the test hook %s %s: %w", h.GetKind(), h.GetName(), err)
 		}
 	}
+	return nil
+}
+
+// runTestCheck runs the test Pod's command as its account, its hooks already created.
+func runTestCheck(t *testing.T, rt *redTeam) (int, string) {
+	t.Helper()
+	ctx := context.Background()
+	_, pod := testHooks(t, rt.rendered.Hooks)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := rt.c.ServiceAccountKubeconfig(ctx, rt.ns, pod.Spec.ServiceAccountName, kubeconfig); err != nil {
 		t.Fatal(err)
@@ -133,7 +152,15 @@ func TestHelmTestChecksTheGuardAndTheWriterRBAC(t *testing.T) {
 	// The webhook down: the armed Pod is admitted (Pods fail open), the unarmed StatefulSet refused
 	// (workloads fail closed). Both say so.
 	rt.wh.Stop()
-	code, out = runTestPod(t, rt)
+	// Its RoleBinding names a ServiceAccount of a guarded namespace: while the webhook is down its
+	// creation fails (the workloads' failure policy), and `helm test` says so before any Pod runs.
+	// It is not left out of the review: a RoleBinding of that name, made after its Role was
+	// widened to every verb on leases, disarmed an armed writer running as that account (red team
+	// P of stop 33).
+	if err := createTestHooks(t, rt); err == nil || !strings.Contains(err.Error(), `failed calling webhook "rbac.`) {
+		t.Errorf("the test hooks created while the webhook is down: %v; want the rbac entry's failure", err)
+	}
+	code, out = runTestCheck(t, rt)
 	if code != 1 || !strings.Contains(out, "FAIL  webhook: an armed Pod on the default ServiceAccount was admitted") ||
 		!strings.Contains(out, "FAIL  webhook: an unarmed StatefulSet was refused") {
 		t.Errorf("the webhook down: exit %d\n%s", code, out)

@@ -330,17 +330,6 @@ a removal does.
 {{- end }}
 
 {{/*
-ehdb-election.cel.helmTestBinding: the RoleBinding `helm test` creates (templates/tests/check.yaml),
-binding its own Role to its own account and nothing else: left out of the grants the webhook
-reviews, so that the test still runs, and says so, while the webhook is down. It can give every verb
-on leases to no account but the test's.
-*/}}
-{{- define "ehdb-election.cel.helmTestBinding" -}}
-{{- $name := printf "%s-test" (include "ehdb-election.fullname" .) -}}
-(object.metadata.name == '{{ $name }}' && object.roleRef.kind == 'Role' && object.roleRef.name == '{{ $name }}' && has(object.subjects) && object.subjects.all(s, s.kind == 'ServiceAccount' && s.name == '{{ $name }}' && has(s.namespace) && s.namespace == '{{ .Release.Namespace }}'))
-{{- end }}
-
-{{/*
 ehdb-election.cel.webhooksOwnRole: the role is one of the webhook's own (its ClusterRole, its Role
 in the release namespace, its read Role in each guarded namespace): the webhook refuses an edit that
 takes the reads it verifies writers with, which grant no lease verb the condition above would see.

@@ -116,13 +116,14 @@ func DecodeRBACChange(gvk schema.GroupVersionKind, namespace, name string, newRa
 		}
 		return decodeInto(raw, into, gvk)
 	}
-	// A created object's old state is the zero object: no rules, no subjects, no labels.
+	// A created object's old state is the zero object it is given as: no rules, no subjects, no
+	// labels.
 	both := func(newObj, oldObj any) error {
 		if created {
 			if err := decode(newRaw, newObj); err != nil {
 				return fmt.Errorf("object: %w", err)
 			}
-			return decodeInto([]byte(`{}`), oldObj, gvk)
+			return nil
 		}
 		if err := decode(oldRaw, oldObj); err != nil {
 			return fmt.Errorf("old object: %w", err)
@@ -553,53 +554,45 @@ func selectorOf(s rbacv1.Subject, bindingNamespace string) (AccountSelector, boo
 // another 30,000, took an earlier quadratic version 7 to 11 s of CPU, past the API server's wait
 // (the twenty-fifth red team).
 func (c *RBACChange) removedSubjects() []rbacv1.Subject {
-	if c.removed != nil {
-		return *c.removed
+	if c.removed == nil {
+		out := c.subjectsNotIn(c.OldBinding, c.NewBinding)
+		c.removed = &out
 	}
-	var out []rbacv1.Subject
-	switch {
-	case c.OldBinding == nil:
-	case c.NewBinding == nil || c.NewBinding.RoleRef != c.OldBinding.RoleRef:
-		out = c.OldBinding.Subjects
-	default:
-		type key struct{ kind, name, namespace string }
-		kept := make(map[key]struct{}, len(c.NewBinding.Subjects))
-		for _, n := range c.NewBinding.Subjects {
-			kept[key{n.Kind, n.Name, orName(n.Namespace, c.Namespace)}] = struct{}{}
-		}
-		for _, s := range c.OldBinding.Subjects {
-			if _, ok := kept[key{s.Kind, s.Name, orName(s.Namespace, c.Namespace)}]; !ok {
-				out = append(out, s)
-			}
-		}
-	}
-	c.removed = &out
-	return out
+	return *c.removed
 }
 
 // addedSubjects are the subjects the new binding names that the old did not (all of them for a
 // created binding): a grant reaches them, and one of every verb on leases disarms a writer among
 // them (the lease guard refuses its renewals).
 func (c *RBACChange) addedSubjects() []rbacv1.Subject {
-	if c.added != nil {
-		return *c.added
+	if c.added == nil {
+		out := c.subjectsNotIn(c.NewBinding, c.OldBinding)
+		c.added = &out
+	}
+	return *c.added
+}
+
+// subjectsNotIn are the subjects of from that other does not name for the same role (all of them
+// when other is nil or binds another role; none when from is nil). A subject's namespace defaults
+// to the change's.
+func (c *RBACChange) subjectsNotIn(from, other *Binding) []rbacv1.Subject {
+	switch {
+	case from == nil:
+		return nil
+	case other == nil || other.RoleRef != from.RoleRef:
+		return from.Subjects
+	}
+	type key struct{ kind, name, namespace string }
+	named := make(map[key]struct{}, len(other.Subjects))
+	for _, o := range other.Subjects {
+		named[key{o.Kind, o.Name, orName(o.Namespace, c.Namespace)}] = struct{}{}
 	}
 	var out []rbacv1.Subject
-	if c.NewBinding != nil {
-		type key struct{ kind, name, namespace string }
-		had := map[key]struct{}{}
-		if c.OldBinding != nil && c.OldBinding.RoleRef == c.NewBinding.RoleRef {
-			for _, o := range c.OldBinding.Subjects {
-				had[key{o.Kind, o.Name, orName(o.Namespace, c.Namespace)}] = struct{}{}
-			}
-		}
-		for _, s := range c.NewBinding.Subjects {
-			if _, ok := had[key{s.Kind, s.Name, orName(s.Namespace, c.Namespace)}]; !ok {
-				out = append(out, s)
-			}
+	for _, s := range from.Subjects {
+		if _, ok := named[key{s.Kind, s.Name, orName(s.Namespace, c.Namespace)}]; !ok {
+			out = append(out, s)
 		}
 	}
-	c.added = &out
 	return out
 }
 

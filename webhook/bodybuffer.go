@@ -33,7 +33,7 @@ func (b *bodyBuffer) readFrom(r io.Reader, want int) (int, error) {
 			k++
 		}
 		p := b.pieces[k]
-		m, err := r.Read(p[len(p):cap(p)])
+		m, err := readChunk(r, p[len(p):len(p)+min(cap(p)-len(p), want-got)])
 		b.pieces[k] = p[:len(p)+m]
 		got += m
 		b.n += m

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -163,6 +164,15 @@ func stepUntil(t testing.TB, clk *clocktesting.FakeClock, max time.Duration, wha
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
+}
+
+// parked waits until n drivers wait on their timers. A driver computes its delay and then starts its
+// timer: a clock move between the two starts the timer from the new time, later than the instant a
+// test moves the clock to (fresh-clone CI failed so, one run in some hundreds under -race and load).
+// A test that moves the clock to an exact instant waits for this first.
+func parked(t testing.TB, clk *clocktesting.FakeClock, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d drivers waiting on their timers", n), func() bool { return clk.Waiters() == n })
 }
 
 // waitFor polls cond in real time; it synchronizes with goroutines, it asserts no timing.

@@ -64,6 +64,7 @@ func TestACrashedHolderIsTakenOverAtTheFirstAllowedInstant(t *testing.T) {
 	waitFor(t, "standby watching", func() bool { return watchers(store) == 2 && outcomes(standby)[HeldByOther] == 1 })
 
 	for i := uint64(1); i <= 2; i++ { // renewals at 3s and 6s
+		parked(t, clk, 2)
 		clk.Step(renew)
 		waitFor(t, "renewal", func() bool { return outcomes(holder)[Renewed] == i })
 	}
@@ -72,11 +73,13 @@ func TestACrashedHolderIsTakenOverAtTheFirstAllowedInstant(t *testing.T) {
 	waitFor(t, "standby saw every renewal", func() bool { return standby.watchEvents.Load() == storeRV(store) })
 
 	rounds := outcomes(standby)[HeldByOther]
+	parked(t, clk, 1)
 	clk.SetTime(t0.Add(15 * time.Second)) // a poll of the standby; the lease is not yet expired
 	waitFor(t, "standby polls", func() bool { return outcomes(standby)[HeldByOther] > rounds })
 	if standby.Token().Valid {
 		t.Fatal("took over before the lease expired")
 	}
+	parked(t, clk, 1)
 	clk.SetTime(t0.Add(6*time.Second + lease + time.Microsecond))
 	waitFor(t, "standby takes over at renewal+duration+1µs, before its next poll at 18s", func() bool { return standby.Token().Valid })
 	wantToken(t, "standby", standby, 2, true)

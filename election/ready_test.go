@@ -142,9 +142,7 @@ func TestASuccessorIsReadyOnceItTakesOverACrashedHolder(t *testing.T) {
 	wantReady(t, "the holder", NewReadiness(holder, armedEnv))
 
 	for i := uint64(1); i <= 2; i++ { // renewals at 5s and 10s, then the holder crashes
-		// Each driver computes its delay and then starts its timer: step only once both wait on
-		// theirs, or a step between the two moves a renewal (and the takeover instant below).
-		waitFor(t, "both drivers wait on their timers", func() bool { return clk.Waiters() == 2 })
+		parked(t, clk, 2)
 		clk.Step(renew)
 		waitFor(t, "renewal", func() bool { return outcomes(holder)[Renewed] == i })
 	}
@@ -153,7 +151,7 @@ func TestASuccessorIsReadyOnceItTakesOverACrashedHolder(t *testing.T) {
 	waitFor(t, "standby saw every renewal", func() bool { return standby.watchEvents.Load() == storeRV(store) })
 	// Its driver arms the timer to the first instant a takeover is allowed only after it has
 	// handled the last event: moving the clock before that would set the timer from the new time.
-	waitFor(t, "standby's driver waits on its timer", clk.HasWaiters)
+	parked(t, clk, 1)
 
 	held := outcomes(standby)[HeldByOther]
 	clk.SetTime(t0.Add(10*time.Second + lease)) // the last instant the crashed holder's lease is live
@@ -183,7 +181,7 @@ func TestAStandbyThatNeverAcquiresCannotMint(t *testing.T) {
 	bound := ReadinessBound(standby.cfg)
 	for i := uint64(1); clk.Since(r.start) <= bound; i++ {
 		wantNotReady(t, "standby within the bound", r.Check(), NoTokenYet)
-		waitFor(t, "both drivers wait on their timers", func() bool { return clk.Waiters() == 2 })
+		parked(t, clk, 2)
 		clk.Step(renew)
 		waitFor(t, "renewal", func() bool { return outcomes(holder)[Renewed] == i })
 	}

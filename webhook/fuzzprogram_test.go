@@ -312,8 +312,8 @@ func configMapRequest(b *fuzzBytes) *admissionv1.AdmissionRequest {
 	return req
 }
 
-// rbacRequest is an UPDATE or DELETE (or a CREATE, which the guard lets by) of the chart's Role or
-// RoleBinding, a ClusterRole or ClusterRoleBinding, or a ServiceAccount.
+// rbacRequest is a CREATE, UPDATE or DELETE of the chart's Role or RoleBinding, another, a
+// ClusterRole or ClusterRoleBinding, or a ServiceAccount.
 func rbacRequest(b *fuzzBytes) *admissionv1.AdmissionRequest {
 	op := []admissionv1.Operation{admissionv1.Update, admissionv1.Delete, admissionv1.Create}[b.pick(3)]
 	name := fzRBACObjs[b.pick(len(fzRBACObjs))]
@@ -370,8 +370,8 @@ func fuzzClusterRole(b *fuzzBytes, name string) *rbacv1.ClusterRole {
 }
 
 // fzClusterRoles are the names a program's ClusterRole change edits: the bound cluster's
-// (fuzzAggregated), and one it does not have.
-var fzClusterRoles = []string{"fz-piece", "fz-aggregated", "fz-outer", "other"}
+// (fuzzAggregated, fzWildRole), and one it does not have.
+var fzClusterRoles = []string{"fz-piece", "fz-aggregated", "fz-outer", "other", fzWildRole}
 
 // fuzzAggregated are the bound cluster's ClusterRoles: a piece, a role aggregating it and a role
 // aggregating both, so a ClusterRole change walks a chain. None is bound to anyone, so no
@@ -388,7 +388,7 @@ func fuzzAggregated() []rbacv1.ClusterRole {
 // choice 0 is the chart's own binding of the writer.
 func fuzzBinding(b *fuzzBytes, name string) *rbacv1.RoleBinding {
 	roleRefs := []rbacv1.RoleRef{{APIGroup: rbacv1.GroupName, Kind: "Role", Name: chartRole}, {APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: chartRole},
-		{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "other"}}
+		{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "other"}, {APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: fzWildRole}}
 	subjects := []rbacv1.Subject{saSubject(wt.WriterSA), saSubject("other"), {Kind: "ServiceAccount", Name: wt.WriterSA}, {Kind: "ServiceAccount", Name: wt.WriterSA, Namespace: "elsewhere"},
 		{Kind: "Group", APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + ns}, {Kind: "User", APIGroup: rbacv1.GroupName, Name: "system:serviceaccount:" + ns + ":" + wt.WriterSA}}
 	rb := roleBinding(name, "Role", chartRole)
@@ -407,11 +407,12 @@ func fuzzBinding(b *fuzzBytes, name string) *rbacv1.RoleBinding {
 // fuzzRules are the chart's lease rule, or up to two rules of the lease alphabet.
 func fuzzRules(b *fuzzBytes) []rbacv1.PolicyRule {
 	if b.pick(2) == 0 {
-		return []rbacv1.PolicyRule{leaseRule}
+		return []rbacv1.PolicyRule{fzChartLeaseRule}
 	}
 	groups := [][]string{{"coordination.k8s.io"}, {"*"}, {""}}
 	resources := [][]string{{"leases"}, {"*"}, {"leases/status"}, {"configmaps"}}
-	verbs := [][]string{{"get", "list", "watch", "create", "update"}, {"*"}, {"get", "update"}, {"create", "list", "watch"}, {"get"}}
+	verbs := [][]string{{"get", "list", "watch", "create", "update"}, {"*"}, {"get", "update"}, {"create", "list", "watch"}, {"get"},
+		{"get", "list", "watch", "create", "update", webhook.VerbElect}, {"update", webhook.VerbWildcardProbe}}
 	names := [][]string{nil, {"ehdb-shard-00000000"}, {"ehdb-shard-00000001"}}
 	var rules []rbacv1.PolicyRule
 	for n := b.pick(3); n > 0; n-- {

@@ -100,6 +100,9 @@ func fuzzReviewInput(t testing.TB, empty, bound http.Handler, data []byte) {
 		if configMapDisarmsBoundWriter(body) {
 			t.Fatalf("a ConfigMap change that disarms the bound writer allowed: %s", body)
 		}
+		if grantsTheBoundWriterEveryLeaseVerb(body) {
+			t.Fatalf("an RBAC change that grants the bound writer every verb on its Lease, which the lease guard then refuses it, allowed: %s", body)
+		}
 	}
 }
 
@@ -151,6 +154,11 @@ var fuzzReviewSeeds = []struct {
 	{"the writer's ServiceAccount stops mounting its token", []byte{3, 0, 0, 0, 0, 0, 1, 4, 0, 1}},
 	{"a ClusterRoleBinding edited", []byte{3, 0, 0, 0, 0, 0, 0, 2, 1, 0, 1, 0, 0, 2}},
 	{"a ClusterRole edited", []byte{3, 0, 0, 0, 0, 0, 0, 3, 0, 1, 1, 1, 1, 1, 0}},
+	{"a RoleBinding of every verb on leases created for the writer", []byte{3, 0, 0, 0, 0, 2, 2, 0, 0, 0, 3, 0}},
+	{"a ClusterRoleBinding of every verb on leases created for the writer", []byte{3, 0, 0, 0, 0, 2, 2, 2, 0, 0, 3, 0}},
+	{"the writer added to a binding of every verb on leases", []byte{3, 0, 0, 0, 0, 0, 2, 0, 3, 1, 1, 3, 2, 1, 0}},
+	{"the chart's Role widened to every verb on leases", []byte{3, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0, 1, 0}},
+	{"the chart's Role given the probe verb on the writer's Lease", []byte{3, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0, 6, 1}},
 	// scale: new replicas, old (0, 1, 3, 2^31-1)
 	{"a StatefulSet scaled from 1 to 3", []byte{4, 0, 0, 0, 0, 2, 1}},
 	{"a Deployment scaled from 0 to 1", []byte{4, 0, 0, 0, 0, 1, 0, 1}},
@@ -228,15 +236,18 @@ func fuzzBoundWriter() *appsv1.StatefulSet {
 
 // fuzzBoundHandler is the bound cluster's handler: the bound writer runs as the chart's
 // ServiceAccount, bound by the chart's Role and RoleBinding only, its election on from ConfigMap
-// flags, shard 0's Lease live.
+// flags, shard 0's Lease live, and the chart's lease guard in its namespace, which admits it by
+// its grant of VerbElect and would refuse it once it held every verb on leases (fzWildRole, which
+// nothing binds, grants that).
 func fuzzBoundHandler(t testing.TB) http.Handler {
 	c := &wt.Resolver{Unrecorded: true, ServiceAccounts: map[string]map[string]string{wt.WriterSA: nil},
 		ConfigMaps: map[string]map[string]string{"flags": fuzzBoundConfigMap},
 		Leases:     map[types.NamespacedName]coordinationv1.LeaseSpec{lease(ns, 0): wt.LiveLease(ns, 0, now.Add(-5*time.Second), 1).Spec}}
-	c.Grant(ns, wt.WriterSA, ns, "get", "list", "watch", "create", "update")
-	c.Roles = []rbacv1.Role{*mkRole(chartRole, leaseRule)}
+	c.Grant(ns, wt.WriterSA, ns, "get", "list", "watch", "create", "update", webhook.VerbElect)
+	c.Roles = []rbacv1.Role{*mkRole(chartRole, fzChartLeaseRule)}
 	c.RoleBindings = []rbacv1.RoleBinding{*roleBinding(chartRole, "Role", chartRole, saSubject(wt.WriterSA))}
-	c.ClusterRoles = fuzzAggregated()
+	c.ClusterRoles = append(fuzzAggregated(), *clusterRole(fzWildRole, nil, nil, fzWildRule))
+	c.LeaseGuards = map[string]webhook.LeaseGuardFact{ns: {Name: "fz-lease-guard", Verb: webhook.VerbElect}}
 	users := fakeReaders(t, fuzzBoundWriter())
 	return webhook.NewHTTPHandler(&webhook.Handler{Resolver: c, Policy: webhook.Policy{RequireLiveLease: true, MaxShards: 4}, Clock: clocktesting.NewFakePassiveClock(now),
 		LookupTimeout: fuzzInputBudget, WorkBudget: fuzzWorkBudget, Log: logr.Discard(), Accounts: users, Readers: users, Workloads: newScaleTargets(t)})
@@ -555,6 +566,67 @@ func disarmsTheBoundWriter(body []byte) bool {
 	return false
 }
 
+// The bound cluster's RBAC beyond the chart's: fzChartLeaseRule is the chart's writer rule (the
+// lease verbs and VerbElect); fzWildRole a ClusterRole granting every verb on leases, bound to no
+// one, so a binding that gives it to the writer disarms it under the lease guard.
+var (
+	fzChartLeaseRule = rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+		Verbs: []string{"get", "list", "watch", "create", "update", webhook.VerbElect}}
+	fzWildRule = rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}}
+)
+
+const fzWildRole = "fz-wild"
+
+// grantsTheBoundWriterEveryLeaseVerb: a CREATE or UPDATE that, by the RBAC authorizer's rules,
+// grants the bound writer's account every verb on its Lease (shard 0's) where it did not hold it:
+// the chart's Role edited to a rule with "*" or the lease guard's probe verb on it, or a binding
+// (RoleBinding in the namespace, ClusterRoleBinding) of fzWildRole made or given a subject that
+// applies to the account. The bound cluster's lease guard then refuses its every Lease write.
+func grantsTheBoundWriterEveryLeaseVerb(body []byte) bool {
+	r := decodeRequest(body)
+	if r == nil || r.SubResource != "" || (r.Operation != admissionv1.Create && r.Operation != admissionv1.Update) {
+		return false
+	}
+	switch r.Kind {
+	case roleKind:
+		var old, cur rbacv1.Role
+		return r.Operation == admissionv1.Update && r.Namespace == ns && r.Name == chartRole &&
+			kjson.UnmarshalCaseSensitivePreserveInts(r.OldObject.Raw, &old) == nil && kjson.UnmarshalCaseSensitivePreserveInts(r.Object.Raw, &cur) == nil &&
+			(old.Name == "" || old.Name == chartRole) && (cur.Name == "" || cur.Name == chartRole) &&
+			!rulesGiveEveryVerbOn(old.Rules, fzWriterLease) && rulesGiveEveryVerbOn(cur.Rules, fzWriterLease)
+	case rbKind, crbKind:
+		if (r.Kind == rbKind) != (r.Namespace == ns) || (r.Kind == crbKind && r.Namespace != "") {
+			return false
+		}
+		var old, cur rbacv1.RoleBinding // a ClusterRoleBinding decodes into one (no namespace)
+		if kjson.UnmarshalCaseSensitivePreserveInts(r.Object.Raw, &cur) != nil || cur.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: fzWildRole}) ||
+			!subjectsApplyToTheWriter(cur.Subjects, r.Namespace) {
+			return false
+		}
+		if r.Operation == admissionv1.Create {
+			return true
+		}
+		return kjson.UnmarshalCaseSensitivePreserveInts(r.OldObject.Raw, &old) == nil && old.RoleRef == cur.RoleRef && !subjectsApplyToTheWriter(old.Subjects, r.Namespace)
+	}
+	return false
+}
+
+// fzWriterLease is the bound writer's Lease.
+var fzWriterLease = electionenv.LeaseName(0)
+
+// rulesGiveEveryVerbOn: a rule matches the lease guard's probe on Lease name in coordination.k8s.io
+// (the authorizer's VerbMatches, APIGroupMatches, ResourceMatches and ResourceNameMatches).
+func rulesGiveEveryVerbOn(rules []rbacv1.PolicyRule, name string) bool {
+	has := func(list []string, v string) bool { return slices.Contains(list, v) || slices.Contains(list, "*") }
+	for _, rule := range rules {
+		if has(rule.APIGroups, "coordination.k8s.io") && has(rule.Resources, "leases") && has(rule.Verbs, webhook.VerbWildcardProbe) &&
+			(len(rule.ResourceNames) == 0 || slices.Contains(rule.ResourceNames, name)) {
+			return true
+		}
+	}
+	return false
+}
+
 // isClusterRoleReview: the body is a review of a ClusterRole.
 func isClusterRoleReview(body []byte) bool {
 	r := decodeRequest(body)
@@ -573,26 +645,34 @@ func bindsTheWriter(raw []byte) (binds, ok bool) {
 	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != chartRole {
 		return false, true
 	}
-	for _, s := range rb.Subjects {
+	return subjectsApplyToTheWriter(rb.Subjects, ns), true
+}
+
+// subjectsApplyToTheWriter: one of a binding's subjects is, to the RBAC authorizer, the writer's
+// ServiceAccount (appliesToUser: a ServiceAccount subject without a namespace is in the binding's,
+// bindingNS; "" for a ClusterRoleBinding, where it matches no account).
+func subjectsApplyToTheWriter(subjects []rbacv1.Subject, bindingNS string) bool {
+	for _, s := range subjects {
 		switch s.Kind {
 		case "ServiceAccount":
-			if s.Name == wt.WriterSA && (s.Namespace == "" || s.Namespace == ns) {
-				return true, true
+			if s.Name == wt.WriterSA && (s.Namespace == ns || s.Namespace == "" && bindingNS == ns) {
+				return true
 			}
 		case "User":
 			if s.Name == "system:serviceaccount:"+ns+":"+wt.WriterSA {
-				return true, true
+				return true
 			}
 		case "Group":
 			if s.Name == "system:serviceaccounts" || s.Name == "system:serviceaccounts:"+ns || s.Name == "system:authenticated" {
-				return true, true
+				return true
 			}
 		}
 	}
-	return false, true
+	return false
 }
 
-// grantsTheWriter: raw is a Role whose rules may grant each of get, create and update on leases
+// grantsTheWriter: raw is a Role whose rules may grant each of get, create, update and VerbElect
+// (which the bound cluster's lease guard admits the writer by) on leases
 // (any rule naming the verb, or *, on coordination.k8s.io or *, leases or *). With exact, only a
 // rule that names no resources counts: the bound cluster's authorizer grants the writer every
 // Lease (its SubjectAccessReviews ask without a name first), and a rule naming resources grants
@@ -612,7 +692,7 @@ func grantsTheWriter(raw []byte, exact bool) (grants, ok bool) {
 		}
 		return false
 	}
-	for _, verb := range []string{"get", "create", "update"} {
+	for _, verb := range []string{"get", "create", "update", webhook.VerbElect} {
 		granted := false
 		for _, rule := range role.Rules {
 			granted = granted || (has(rule.APIGroups, "coordination.k8s.io") && has(rule.Resources, "leases") && has(rule.Verbs, verb) && (!exact || len(rule.ResourceNames) == 0))

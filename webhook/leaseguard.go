@@ -155,10 +155,21 @@ func (g LeaseGuardFact) refusal(f *Facts, sa types.NamespacedName, ns string, sh
 	if g.admitsByName(sa) {
 		return "", nil
 	}
-	if g.Verb == "" {
-		return fmt.Sprintf("the lease guard %s lets only %s write ehdb-shard-* Leases in %s, not ServiceAccount %s", g.Name, listed(g.Users), ns, sa), nil
+	named := slices.Clone(g.Users)
+	for _, group := range g.Groups {
+		named = append(named, "group "+group)
 	}
-	by := fmt.Sprintf("the lease guard %s lets only %s, and ServiceAccounts of %s granted the %s verb on leases (the chart's writer Role grants it) but not every verb, write ehdb-shard-* Leases there", g.Name, listed(g.Users), ns, g.Verb)
+	if g.Verb == "" {
+		if len(named) == 0 {
+			return fmt.Sprintf("the lease guard %s lets no one write ehdb-shard-* Leases in %s", g.Name, ns), nil
+		}
+		return fmt.Sprintf("the lease guard %s lets only %s write ehdb-shard-* Leases in %s, not ServiceAccount %s", g.Name, listed(named), ns, sa), nil
+	}
+	also := ""
+	if len(named) > 0 {
+		also = listed(named) + ", and "
+	}
+	by := fmt.Sprintf("the lease guard %s lets only %sServiceAccounts of %s granted the %s verb on leases (the chart's writer Role grants it) but not every verb, write ehdb-shard-* Leases there", g.Name, also, ns, g.Verb)
 	if sa.Namespace != ns {
 		return by + fmt.Sprintf("; ServiceAccount %s is of another namespace", sa), nil
 	}

@@ -53,6 +53,12 @@ func TestTheClusterCAOfArmedWritersIsTheirPublishersAlone(t *testing.T) {
 		{"ca.crt removed", []any{armed}, admissionv1.Update, someone, &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: ns}}, rootCA(realCA, false, nil), false, nil},
 		{"created by someone else after a delete", []any{armed}, admissionv1.Create, someone, rootCA(garbage, true, nil), nil, false, nil},
 
+		// Red team Q of stop 34, impersonating the publisher: a garbage ca.crt made immutable
+		// passed as the publisher's own write, and the publisher's every later sync failed on
+		// the immutable field. The publisher never sets immutable (it creates the ConfigMap with
+		// ca.crt alone and updates a copy of what it read), so nobody may.
+		{"the publisher's name making it immutable", []any{armed}, admissionv1.Update, publisher, rootCA(garbage, true, nil), rootCA(realCA, false, nil), false, nil},
+		{"the publisher's name creating it immutable", []any{armed}, admissionv1.Create, publisher, rootCA(realCA, true, nil), nil, false, nil},
 		{"the publisher rotates the CA", []any{armed}, admissionv1.Update, publisher, rootCA(garbage, false, nil), rootCA(realCA, false, nil), true, nil},
 		{"the publisher creates it", []any{armed}, admissionv1.Create, publisher, rootCA(realCA, false, nil), nil, true, nil},
 		{"the controller manager without per-controller credentials", []any{armed}, admissionv1.Update, "system:kube-controller-manager", rootCA(garbage, false, nil), rootCA(realCA, false, nil), true, nil},

@@ -27,11 +27,21 @@ func DefaultRootCAPublishers() []string {
 	return []string{"system:serviceaccount:kube-system:root-ca-cert-publisher", "system:kube-controller-manager"}
 }
 
-// rootCATampering says what a write of kube-root-ca.crt by someone other than its publisher does
-// to the CA ("" for nothing: a metadata edit, a delete, which the publisher answers with the
-// cluster's CA at once, or a write by one of publishers). oldCM is nil on CREATE.
+// rootCATampering says what a write of kube-root-ca.crt does to the CA ("" for nothing: a metadata
+// edit, a delete, which the publisher answers with the cluster's CA at once, or a write of the
+// content by one of publishers). oldCM is nil on CREATE.
 func rootCATampering(op admissionv1.Operation, user string, publishers []string, oldCM, newCM *corev1.ConfigMap) string {
-	if op == admissionv1.Delete || newCM == nil || slices.Contains(publishers, user) {
+	if op == admissionv1.Delete || newCM == nil {
+		return ""
+	}
+	// Not even in the publisher's name: it never sets immutable (it creates the ConfigMap with
+	// ca.crt alone and updates a copy of what it read), and once set nothing can correct or
+	// rotate the CA, nor can a delete undo it where kubelets keep the copy (keptByKubelets). The
+	// red team Q of stop 34 did it impersonating the publisher.
+	if ptr.Deref(newCM.Immutable, false) && (oldCM == nil || !ptr.Deref(oldCM.Immutable, false)) {
+		return "makes it immutable, which its publisher never does: the root-ca-cert-publisher could never correct or rotate the CA in it"
+	}
+	if slices.Contains(publishers, user) {
 		return ""
 	}
 	if oldCM == nil {
@@ -40,8 +50,6 @@ func rootCATampering(op admissionv1.Operation, user string, publishers []string,
 	oldCA, hadCA := oldCM.Data["ca.crt"]
 	newCA, hasCA := newCM.Data["ca.crt"]
 	switch {
-	case ptr.Deref(newCM.Immutable, false) && !ptr.Deref(oldCM.Immutable, false):
-		return "makes it immutable, so the root-ca-cert-publisher can never correct or rotate the CA in it"
 	case hadCA != hasCA || oldCA != newCA:
 		return "changes its ca.crt, which only the root-ca-cert-publisher writes (with the cluster's CA)"
 	}

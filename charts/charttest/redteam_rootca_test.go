@@ -49,6 +49,23 @@ func TestRedTeamRootCA(t *testing.T) {
 		}
 	}
 
+	// Red team Q of stop 34: the same write in the publisher's name was admitted, and the
+	// publisher's every later sync failed on the immutable field. The publisher never sets it.
+	asPublisher := impersonating(t, rt.testRelease, "system:serviceaccount:kube-system:root-ca-cert-publisher").CoreV1().ConfigMaps(rt.ns)
+	cm, err := cms.Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["ca.crt"], cm.Immutable = garbage, ptr.To(true)
+	_, err = asPublisher.Update(ctx, cm, dryUpdate)
+	if err == nil || !strings.Contains(err.Error(), "makes it immutable, which its publisher never does") {
+		t.Errorf("a garbage ca.crt made immutable in the publisher's name: %v; want the guard's refusal", err)
+	}
+	cm.Immutable = nil
+	if _, err := asPublisher.Update(ctx, cm, dryUpdate); err != nil {
+		t.Errorf("the publisher's own write of the CA: %v; want it admitted", err)
+	}
+
 	if err := cms.Delete(ctx, "kube-root-ca.crt", metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting kube-root-ca.crt: %v; want it admitted (the publisher writes it again)", err)
 	}

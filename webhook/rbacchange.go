@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -607,7 +608,15 @@ func (c *RBACChange) changes(k RoleKey) bool {
 // comes to grant every verb on leases, which the lease guard refuses an account for (the
 // twenty-second red team widened a role that granted only configmaps to leases "*").
 func (c *RBACChange) roleMayMatter() bool {
-	return rulesMayGrantLeases(c.OldRules) || (c.guardsSelf && mayGrantSelf(c.OldRules)) || rulesGrantLeaseWildcard(c.NewRules)
+	return rulesMayGrantLeases(c.OldRules) || (c.guardsSelf && mayGrantSelf(c.OldRules)) || rulesGrantLeaseWildcard(c.NewRules) || c.aggregationChanged()
+}
+
+// aggregationChanged: a ClusterRole's aggregationRule is set, changed or removed. The aggregation
+// controller then rewrites the role's rules to what it selects, whatever they grant now (red team
+// Q of stop 34 gave a bound role that granted nothing on leases a selector of a piece of every
+// verb: unjudged, and the controller's rewrite, refused, was retried until an answer was missed).
+func (c *RBACChange) aggregationChanged() bool {
+	return c.Kind == gvkClusterRole.Kind && !equality.Semantic.DeepEqual(c.OldAggregation, c.NewAggregation)
 }
 
 // AffectedNeeds is the lookup that tells which accounts the change can touch: the role a binding

@@ -132,6 +132,65 @@ func TestAggregatedClusterRolesAreJudgedByWhatTheControllerWillWrite(t *testing.
 	}
 }
 
+// Red team Q of stop 34: an aggregationRule given to a ClusterRole bound to a writer's account
+// that granted nothing on leases, selecting a piece of every verb on leases, was never sent to the
+// webhook; the aggregation controller's rewrite, refused, was retried until an answer was missed
+// (the entry fails open), and the lease guard then refused the writer's renewals. The same with
+// the role created so under a binding that already named it. Both are judged by what the
+// controller will write.
+func TestAnAggregationThatGrantsEveryVerbOnLeasesDisarms(t *testing.T) {
+	const wild = "example.com/aggregate-to-wild"
+	electRule := rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", webhook.VerbElect}}
+	piece := clusterRole("wild-piece", map[string]string{wild: "true"}, nil, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}})
+	configmaps := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}
+	// crb-writer's lease access comes from a Role; its ClusterRoleBinding names "extra", which
+	// grants nothing on leases.
+	extra := clusterRole("extra", nil, nil, configmaps)
+	crbWriter := sts(append(compliant(), wt.ServiceAccount("crb-writer"))...)
+	crbWriter.Name = "crb"
+	cluster := func(roles ...rbacv1.ClusterRole) *wt.Resolver {
+		c := rbacCluster()
+		c.Grant(ns, "crb-writer", ns, webhook.VerbElect)
+		c.Roles = append(c.Roles, *mkRole("crb-leases", electRule))
+		c.RoleBindings = append(c.RoleBindings, *roleBinding("crb-leases", "Role", "crb-leases", saSubject("crb-writer")),
+			*roleBinding("pending", "ClusterRole", "pending", saSubject("crb-writer")))
+		c.ClusterRoles = append([]rbacv1.ClusterRole{*piece}, roles...)
+		c.ClusterRoleBindings[0].RoleRef.Name = "extra"
+		c.LeaseGuards = map[string]webhook.LeaseGuardFact{ns: {Name: "ehdb-election-lease-guard", Verb: webhook.VerbElect}}
+		return c
+	}
+	selectsWild := extra.DeepCopy()
+	selectsWild.AggregationRule = selecting(wild)
+	pending := clusterRole("pending", nil, selecting(wild))
+	selectsNothing := extra.DeepCopy()
+	selectsNothing.AggregationRule = selecting("example.com/aggregate-to-nothing")
+	for _, tc := range []struct {
+		name     string
+		c        *wt.Resolver
+		op       admissionv1.Operation
+		objName  string
+		obj, old runtime.Object
+		allowed  bool
+	}{
+		{"an aggregationRule given to the writer's role selects a piece of every verb", cluster(*extra), admissionv1.Update, "extra", selectsWild, extra, false},
+		{"a role the writer's binding names created aggregating such a piece", cluster(*extra), admissionv1.Create, "pending", pending, nil, false},
+		{"an aggregationRule that selects nothing", cluster(*extra), admissionv1.Update, "extra", selectsNothing, extra, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &webhook.Handler{Resolver: tc.c, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, crbWriter), Clock: clocktesting.NewFakePassiveClock(now), ClusterRoleScopes: []string{ns}}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, crKind, tc.objName, tc.obj, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+			if !tc.allowed && !strings.Contains(out.Response.Result.Message, "lease guard") {
+				t.Errorf("the refusal does not name the lease guard:\n%s", out.Response.Result.Message)
+			}
+		})
+	}
+}
+
 // The eleventh red team's second round (issue 17): a chain of 20 aggregated ClusterRoles, each
 // selecting the next in the reverse of name order, made a harmless edit "could not verify" (the
 // guard gave up after 16 rounds; the controller settled it in seconds), and a piece of 3,000

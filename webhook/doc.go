@@ -10,7 +10,9 @@
 //     create and update coordination.k8s.io Leases, checked with SubjectAccessReviews for the
 //     ServiceAccount's real identity, so any correct binding passes and a missing one fails,
 //     and that the lease guard of the Lease's namespace admits (leaseguard.go: read off the live
-//     ValidatingAdmissionPolicy, which refuses every other account's Lease writes);
+//     ValidatingAdmissionPolicy, which refuses every other account's Lease writes) by its grant,
+//     never by a name the policy lists: those are Helm values, and no admission sees the policy
+//     change (the API server exempts admission configuration from admission);
 //   - each armed container must hold that ServiceAccount's token and the cluster's CA where
 //     client-go's in-cluster configuration reads them, and dial the API server the kubelet names
 //     (credentials.go), or its election talks to no API server, or to another one;
@@ -155,8 +157,10 @@
 //     set to automountServiceAccountToken: false mounts no token. A ClusterRole change is also
 //     judged by what the aggregation controller will rewrite because of it (aggregation.go): the
 //     aggregated roles that select it, by labels, as they settle, so a piece cannot be deleted,
-//     relabelled or narrowed out from under a writer. The CA writers verify the API server with,
-//     kube-root-ca.crt, is the root-ca-cert-publisher's alone while anything there may be armed
+//     relabelled or narrowed out from under a writer, and a role given an aggregationRule (or
+//     created with one) is judged by what it will select, whatever its own rules. The CA writers
+//     verify the API server with, kube-root-ca.crt, is the root-ca-cert-publisher's alone while
+//     anything there may be armed, and never made immutable, not even in the publisher's name
 //     (rootca.go; Handler.RootCAPublishers names the identities it writes as). So RBAC no armed writer needs is
 //     admitted (a redundant binding, a shadow writer, a role without lease verbs) whoever created it,
 //     and the refusal gives the removal order. An UPDATE that removes the last finalizer of an

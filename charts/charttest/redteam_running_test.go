@@ -327,4 +327,63 @@ func TestRedTeamGrantThatTheLeaseGuardRefuses(t *testing.T) {
 	_, err = cs.RbacV1().RoleBindings(rt.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: account + "-again"},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: account}, Subjects: []rbacv1.Subject{writerSubject}}, dryCreate)
 	admitted(t, "a new RoleBinding granting the running writer what it has", err)
+
+	// Red team Q of stop 34: a ClusterRole bound to the writer that granted nothing on leases,
+	// given an aggregationRule selecting a piece of every verb on leases, was never sent (the
+	// entry looked at its rules alone); nor was one created so under a binding that named it.
+	// The aggregation controller's rewrite, refused, was retried until an answer was missed.
+	const wildLabel = "example.com/aggregate-to-ehdb-redteam-wild"
+	clusterRoles := cs.RbacV1().ClusterRoles()
+	for _, cr := range []*rbacv1.ClusterRole{
+		{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-wild-piece", Labels: map[string]string{wildLabel: "true"}}, Rules: leases("*")},
+		{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-agg"}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}},
+	} {
+		if _, err := clusterRoles.Create(ctx, cr, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("ClusterRole %s: %v", cr.Name, err)
+		}
+		t.Cleanup(func() { _ = clusterRoles.Delete(context.Background(), cr.Name, metav1.DeleteOptions{}) })
+	}
+	for _, role := range []string{"ehdb-redteam-agg", "ehdb-redteam-pending"} {
+		if _, err := cs.RbacV1().RoleBindings(rt.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}, Subjects: []rbacv1.Subject{writerSubject}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a RoleBinding of ClusterRole %s: %v", role, err)
+		}
+	}
+	selector := &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{wildLabel: "true"}}}}
+	refusedSoon("an aggregationRule selecting a piece of every verb on leases given to a ClusterRole of the running writer", func(ctx context.Context) error {
+		cr, err := clusterRoles.Get(ctx, "ehdb-redteam-agg", metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		cr.AggregationRule = selector
+		_, err = clusterRoles.Update(ctx, cr, dryUpdate)
+		return err
+	})
+	refusedSoon("a ClusterRole a binding of the running writer names created aggregating a piece of every verb on leases", func(ctx context.Context) error {
+		_, err := clusterRoles.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-pending"}, AggregationRule: selector}, dryCreate)
+		return err
+	})
+}
+
+// Red team Q of stop 34: the lease guard names the chart's writer, so a writer holding every verb
+// on leases (cluster-admin bound to it) was admitted by that name; `helm upgrade --set
+// writer.serviceAccount.name=…` then renamed it in the policy, which no admission reviews (the API
+// server exempts admission configuration), and the writer's renewals were refused. The guard's
+// names count for nothing now: the grant that would leave the writer admitted only by its name is
+// refused.
+func TestRedTeamTheLeaseGuardsNameIsNoGrant(t *testing.T) {
+	rt := newRedTeam(t)
+	ctx := context.Background()
+	rt.liveShard0(t)
+	if _, err := rt.cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("named"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the chart's armed writer: %v", err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-named-admin"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: wt.WriterSA, Namespace: rt.ns}}}
+	err := answerOnce(30*time.Second, func(err error) bool { return err != nil }, func(ctx context.Context) error {
+		_, err := rt.cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+	disarmRefused(t, "cluster-admin bound to the writer the lease guard names", err, "StatefulSet "+rt.ns+"/named", "holds every verb", "a writer may not rely on its name")
 }

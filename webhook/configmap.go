@@ -149,7 +149,14 @@ func (h *Handler) handleConfigMap(ctx context.Context, req Request, log logr.Log
 		return allowed().WithWarnings(warnings...)
 	}
 	h.observe(req, kind, false, denials[0].Reason, time.Since(start))
-	msg := denials[0].Message()
+	// Said of the change first: the reader's own decision reads as an arming ("refusing to arm
+	// … on StatefulSet …"), which misleads when the change disarms a writer already armed.
+	verb := map[admissionv1.Operation]string{admissionv1.Create: "creating", admissionv1.Delete: "deleting"}[req.Operation]
+	if verb == "" {
+		verb = "editing"
+	}
+	msg := fmt.Sprintf("ehdb-election guard: %s ConfigMap %s/%s is refused: a workload that reads it would run with %s=enforce and its requirements unmet.\n",
+		verb, req.Namespace, change.Name, EnvFencing) + denials[0].Message()
 	if len(denials) > 1 {
 		msg += fmt.Sprintf("\n(and %d more object(s) reading ConfigMap %s/%s are refused likewise)", len(denials)-1, req.Namespace, change.Name)
 	}

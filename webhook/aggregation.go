@@ -64,7 +64,7 @@ const maxAggregationWork = 1 << 20
 // state it converges to) with the role as it was and as the change leaves it, so a rewrite still
 // pending from an earlier change (one the webhook refused) is not blamed on this one.
 func (c *RBACChange) aggregate(f *Facts) error {
-	if c.Kind != gvkClusterRole.Kind || c.rewrites != nil {
+	if (c.Kind != gvkClusterRole.Kind && !c.isBinding()) || c.rewrites != nil {
 		return nil
 	}
 	switch {
@@ -76,6 +76,22 @@ func (c *RBACChange) aggregate(f *Facts) error {
 	before := map[string]ClusterRoleInfo{}
 	for _, r := range f.ClusterRoles.Items {
 		before[r.Name] = r
+	}
+	if c.isBinding() {
+		// A binding changes no ClusterRole, but the roles it binds may not have settled: the
+		// aggregation controller's rewrite of one may still be pending (refused, say, and
+		// retried until an answer is missed), and the binding then grants what it will write.
+		stored := maps.Clone(before)
+		if err := converge(before); err != nil {
+			return err
+		}
+		c.rewrites = map[RoleKey]rewrite{}
+		for name, r := range before {
+			if s := stored[name]; s.Aggregation != nil && !sameRules(s.Rules, r.Rules) {
+				c.rewrites[RoleKey{Name: name}] = rewrite{before: s.Rules, after: r.Rules}
+			}
+		}
+		return nil
 	}
 	before[c.Name] = ClusterRoleInfo{Name: c.Name, Labels: c.OldLabels, Aggregation: c.OldAggregation, Rules: c.OldRules}
 	after := maps.Clone(before)

@@ -175,12 +175,22 @@ func TestAnAggregationThatGrantsEveryVerbOnLeasesDisarms(t *testing.T) {
 		{"an aggregationRule given to the writer's role selects a piece of every verb", cluster(*extra), admissionv1.Update, "extra", selectsWild, extra, false},
 		{"a role the writer's binding names created aggregating such a piece", cluster(*extra), admissionv1.Create, "pending", pending, nil, false},
 		{"an aggregationRule that selects nothing", cluster(*extra), admissionv1.Update, "extra", selectsNothing, extra, true},
+		// Red team R of stop 34: the role created first (no binding named it yet: admitted), then
+		// bound before the controller wrote it; the binding was judged by the empty rules.
+		{"a binding of a role the controller has yet to write every verb on leases into", cluster(*extra, *clusterRole("unwritten", nil, selecting(wild))), admissionv1.Create, "unwritten",
+			roleBinding("unwritten", "ClusterRole", "unwritten", saSubject("crb-writer")), nil, false},
+		{"a binding of a role whose pending rewrite grants nothing more", cluster(*extra, *clusterRole("settled", nil, selecting("example.com/aggregate-to-nothing"))), admissionv1.Create, "settled",
+			roleBinding("settled", "ClusterRole", "settled", saSubject("crb-writer")), nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &webhook.Handler{Resolver: tc.c, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, crbWriter), Clock: clocktesting.NewFakePassiveClock(now), ClusterRoleScopes: []string{ns}}
 			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
 			t.Cleanup(srv.Close)
-			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, crKind, tc.objName, tc.obj, tc.old))
+			kind := crKind
+			if _, ok := tc.obj.(*rbacv1.RoleBinding); ok {
+				kind = rbKind
+			}
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, kind, tc.objName, tc.obj, tc.old))
 			if out.Response == nil || out.Response.Allowed != tc.allowed {
 				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
 			}

@@ -87,12 +87,15 @@ func (c *RBACChange) aggregate(f *Facts) error {
 		}
 		c.rewrites = map[RoleKey]rewrite{}
 		for name, r := range before {
-			if s := stored[name]; s.Aggregation != nil && !sameRules(s.Rules, r.Rules) {
+			// An empty union is left out: the controller then applies no rules, and server-side
+			// apply keeps what another manager wrote (its creator's rules stay).
+			if s := stored[name]; s.Aggregation != nil && len(r.Rules) > 0 && !sameRules(s.Rules, r.Rules) {
 				c.rewrites[RoleKey{Name: name}] = rewrite{before: s.Rules, after: r.Rules}
 			}
 		}
 		return nil
 	}
+	stored := maps.Clone(before)
 	before[c.Name] = ClusterRoleInfo{Name: c.Name, Labels: c.OldLabels, Aggregation: c.OldAggregation, Rules: c.OldRules}
 	after := maps.Clone(before)
 	if c.Deleted {
@@ -119,7 +122,10 @@ func (c *RBACChange) aggregate(f *Facts) error {
 		case b.Aggregation == nil:
 			continue // only aggregated roles are rewritten
 		case !sameRules(a.Rules, b.Rules):
-			c.rewrites[RoleKey{Name: name}] = rewrite{before: b.Rules, after: a.Rules}
+			// From the rules it holds now, which the authorizer grants by: a role whose union
+			// was empty still holds its creator's rules (server-side apply keeps them), and a
+			// piece joining the union replaces them (red team R of stop 34).
+			c.rewrites[RoleKey{Name: name}] = rewrite{before: stored[name].Rules, after: a.Rules}
 		}
 	}
 	return nil

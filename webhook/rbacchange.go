@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -608,7 +609,15 @@ func (c *RBACChange) changes(k RoleKey) bool {
 // comes to grant every verb on leases, which the lease guard refuses an account for (the
 // twenty-second red team widened a role that granted only configmaps to leases "*").
 func (c *RBACChange) roleMayMatter() bool {
-	return rulesMayGrantLeases(c.OldRules) || (c.guardsSelf && mayGrantSelf(c.OldRules)) || rulesGrantLeaseWildcard(c.NewRules) || c.aggregationChanged()
+	return rulesMayGrantLeases(c.OldRules) || (c.guardsSelf && mayGrantSelf(c.OldRules)) || rulesGrantLeaseWildcard(c.NewRules) || c.aggregationChanged() || c.labelsChanged()
+}
+
+// labelsChanged: a ClusterRole is created with labels, or its labels change. An aggregated role
+// that selects it is rewritten to a union it joins or leaves, whatever it grants itself: red team
+// R of stop 34 created a piece of harmless rules that an aggregated role bound to a writer came to
+// select, and the controller's rewrite replaced the lease rules its creator had written.
+func (c *RBACChange) labelsChanged() bool {
+	return c.Kind == gvkClusterRole.Kind && !c.Deleted && !maps.Equal(c.OldLabels, c.NewLabels)
 }
 
 // aggregationChanged: a ClusterRole's aggregationRule is set, changed or removed. The aggregation

@@ -274,3 +274,49 @@ func TestAggregationChainsAndLargeRolesAreJudgedInTime(t *testing.T) {
 		})
 	}
 }
+
+// Red team R of stop 34: an aggregated ClusterRole created with a writer's lease rules and a
+// selector that matched nothing kept those rules (the controller applies an empty union as no
+// rules, and server-side apply keeps its creator's); a harmless piece created with the label it
+// selects, or a harmless role given that label, was never sent, and the controller's rewrite to
+// the piece's rules took the writer's access at the first missed answer. Both are judged by the
+// rules the role holds now; a label change that moves no union is not refused.
+func TestAPieceJoiningAStaleUnionIsJudged(t *testing.T) {
+	const label = "example.com/aggregate-to-stale"
+	electRule := rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", webhook.VerbElect}}
+	configmaps := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}
+	stale := clusterRole("stale", nil, selecting(label), electRule)
+	harmless := clusterRole("harmless", nil, nil, configmaps)
+	crbWriter := sts(append(compliant(), wt.ServiceAccount("crb-writer"))...)
+	crbWriter.Name = "crb"
+	c := rbacCluster()
+	c.Grant(ns, "crb-writer", ns, webhook.VerbElect)
+	c.ClusterRoles = []rbacv1.ClusterRole{*stale, *harmless}
+	c.ClusterRoleBindings[0].RoleRef.Name = "stale" // crb-writer's only lease access
+	c.LeaseGuards = map[string]webhook.LeaseGuardFact{ns: {Name: "ehdb-election-lease-guard", Verb: webhook.VerbElect}}
+	labelled := harmless.DeepCopy()
+	labelled.Labels = map[string]string{label: "true"}
+	other := harmless.DeepCopy()
+	other.Labels = map[string]string{"team": "storage"}
+	for _, tc := range []struct {
+		name     string
+		op       admissionv1.Operation
+		objName  string
+		obj, old runtime.Object
+		allowed  bool
+	}{
+		{"a harmless piece created with the label the role selects", admissionv1.Create, "piece", clusterRole("piece", map[string]string{label: "true"}, nil, configmaps), nil, false},
+		{"a harmless role given that label", admissionv1.Update, "harmless", labelled, harmless, false},
+		{"a harmless role given another label", admissionv1.Update, "harmless", other, harmless, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &webhook.Handler{Resolver: c, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, crbWriter), Clock: clocktesting.NewFakePassiveClock(now)}
+			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+			t.Cleanup(srv.Close)
+			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, crKind, tc.objName, tc.obj, tc.old))
+			if out.Response == nil || out.Response.Allowed != tc.allowed {
+				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
+			}
+		})
+	}
+}

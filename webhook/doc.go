@@ -10,9 +10,8 @@
 //     create and update coordination.k8s.io Leases, checked with SubjectAccessReviews for the
 //     ServiceAccount's real identity, so any correct binding passes and a missing one fails,
 //     and that the lease guard of the Lease's namespace admits (leaseguard.go: read off the live
-//     ValidatingAdmissionPolicy, which refuses every other account's Lease writes) by its grant,
-//     never by a name the policy lists: those are Helm values, and no admission sees the policy
-//     change (the API server exempts admission configuration from admission);
+//     ValidatingAdmissionPolicy, which refuses every other account's Lease writes; a binding that
+//     only warns counts too: it is Deny a value away, and no admission sees that change);
 //   - each armed container must hold that ServiceAccount's token and the cluster's CA where
 //     client-go's in-cluster configuration reads them, and dial the API server the kubelet names
 //     (credentials.go), or its election talks to no API server, or to another one;

@@ -44,8 +44,8 @@ type LeaseGuardFact struct {
 }
 
 // LeaseGuardOf is the lease guard of namespace among the labelled policies and bindings: each
-// policy a binding with the Deny action binds to that namespace (by the chart's namespace
-// selector), with the principals its variables list. A binding whose policy is missing, or whose
+// policy a binding binds to that namespace (by the chart's namespace selector), with the
+// principals its variables list. A binding whose policy is missing, or whose
 // variables are not as the chart renders them, is an error: what it admits cannot be told.
 func LeaseGuardOf(namespace string, policies []admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) LeaseGuardFact {
 	var out LeaseGuardFact
@@ -65,7 +65,10 @@ func LeaseGuardOf(namespace string, policies []admissionregistrationv1.Validatin
 func leaseGuardsOf(namespace string, policies []admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) []LeaseGuardFact {
 	var out []LeaseGuardFact
 	for _, b := range bindings {
-		if !slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny) || b.Spec.MatchResources == nil ||
+		// Whatever its validationActions: a binding that only warns or audits is Deny a Helm value
+		// away (leaseGuard.validationActions), and no admission sees that change (red team R of
+		// stop 34 granted a writer every verb on leases under Warn, then set Deny back).
+		if b.Spec.MatchResources == nil ||
 			b.Spec.MatchResources.NamespaceSelector == nil || b.Spec.MatchResources.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != namespace {
 			continue
 		}
@@ -142,7 +145,7 @@ func (g LeaseGuardFact) asksAuthorizer(sa types.NamespacedName) bool {
 		return false
 	}
 	for _, one := range append([]LeaseGuardFact{g}, g.Also...) {
-		if one.Verb != "" { // its names do not count (refusal)
+		if one.Verb != "" && !one.admitsByName(sa) {
 			return true
 		}
 	}
@@ -152,31 +155,24 @@ func (g LeaseGuardFact) asksAuthorizer(sa types.NamespacedName) bool {
 // refusal says why g refuses the Lease writes in ns of ServiceAccount sa on shards ("" when it
 // admits them), with what could not be verified; the facts are the authorizer's answers.
 func (g LeaseGuardFact) refusal(f *Facts, sa types.NamespacedName, ns string, shards []uint32, shardsKnown bool) (why string, failed []string) {
+	if g.admitsByName(sa) {
+		return "", nil
+	}
 	named := slices.Clone(g.Users)
 	for _, group := range g.Groups {
 		named = append(named, "group "+group)
 	}
-	// A guard that admits by the grant (the current chart's) also admits the principals it names,
-	// but those names are Helm values (writer.serviceAccount.name, leaseGuard.breakGlass), and no
-	// webhook or policy sees the policy change: the API server exempts admission configuration
-	// from admission (k8s.io/apiserver IsExemptAdmissionConfigurationResource). A writer admitted
-	// only by its name would be refused, unseen, by a rename or by a second release's guard (red
-	// team Q of stop 34: `helm upgrade --set writer.serviceAccount.name=…` expired two shards whose
-	// writer held cluster-admin). So there only the grant counts; a guard by name alone (an older
-	// chart's) is judged by its names.
 	if g.Verb == "" {
-		if g.admitsByName(sa) {
-			return "", nil
-		}
 		if len(named) == 0 {
 			return fmt.Sprintf("the lease guard %s lets no one write ehdb-shard-* Leases in %s", g.Name, ns), nil
 		}
 		return fmt.Sprintf("the lease guard %s lets only %s write ehdb-shard-* Leases in %s, not ServiceAccount %s", g.Name, listed(named), ns, sa), nil
 	}
-	by := fmt.Sprintf("the lease guard %s lets ServiceAccounts of %s write ehdb-shard-* Leases there when granted the %s verb on leases (the chart's writer Role grants it) but not every verb", g.Name, ns, g.Verb)
+	also := ""
 	if len(named) > 0 {
-		by += fmt.Sprintf(" (it also names %s, but a Helm value renames them with no review: a writer may not rely on its name)", listed(named))
+		also = listed(named) + ", and "
 	}
+	by := fmt.Sprintf("the lease guard %s lets only %sServiceAccounts of %s granted the %s verb on leases (the chart's writer Role grants it) but not every verb, write ehdb-shard-* Leases there", g.Name, also, ns, g.Verb)
 	if sa.Namespace != ns {
 		return by + fmt.Sprintf("; ServiceAccount %s is of another namespace", sa), nil
 	}
@@ -218,7 +214,7 @@ func (d *Decision) checkLeaseGuard(f *Facts, sa types.NamespacedName, ns string,
 					"retry; if it persists, check that the webhook may create SubjectAccessReviews and that the cluster's authorizers are healthy.")
 				return
 			case why != "":
-				fix := fmt.Sprintf("bind %s to the chart's writer Role (it grants %s) and grant it no rule of every verb on leases (a \"*\" verb, cluster-admin), before arming.", sa, VerbElect)
+				fix := fmt.Sprintf("run the writer as %s, or bind %s to the chart's writer Role (it grants %s), before arming.", listed(one.Users), sa, VerbElect)
 				if one.Verb == "" {
 					fix = fmt.Sprintf("run the writer as %s, or upgrade the release of lease guard %s to a chart whose guard admits every account its writer Role binds, before arming.", listed(one.Users), one.Name)
 				}

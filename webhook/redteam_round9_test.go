@@ -225,7 +225,7 @@ func TestTheLeaseGuardMustAdmitTheWriter(t *testing.T) {
 		// A guard may name no one (a values file's empty list): its refusal still reads.
 		{name: "a guard by the verb naming no one: an account holding every verb", sts: []func(*appsv1.StatefulSet){second},
 			cluster: both(guard(webhook.LeaseGuardFact{Name: "g", Verb: webhook.VerbElect}), func(r *wt.Resolver) { r.Grant(ns, "second", ns, webhook.VerbElect, webhook.VerbWildcardProbe) }),
-			unmet:   []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"lets ServiceAccounts of " + ns + " write ehdb-shard-* Leases there when granted", "holds every verb"}, lookups: -1},
+			unmet:   []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"lets only ServiceAccounts of " + ns + " granted", "holds every verb"}, lookups: -1},
 		{name: "a guard by name naming no one", sts: []func(*appsv1.StatefulSet){second}, cluster: guard(webhook.LeaseGuardFact{Name: "g"}),
 			unmet: []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"lease guard g lets no one write ehdb-shard-* Leases in " + ns}, lookups: -1},
 		{name: "a guard by name naming a group only", sts: []func(*appsv1.StatefulSet){second}, cluster: guard(webhook.LeaseGuardFact{Name: "g", Groups: []string{"writers"}}),
@@ -233,14 +233,7 @@ func TestTheLeaseGuardMustAdmitTheWriter(t *testing.T) {
 		{name: "a guard by the verb: a second account holding every verb", sts: []func(*appsv1.StatefulSet){second},
 			cluster: both(guard(byVerb), func(r *wt.Resolver) { r.Grant(ns, "second", ns, webhook.VerbElect, webhook.VerbWildcardProbe) }),
 			unmet:   []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"holds every verb"}, lookups: -1},
-		// Red team Q of stop 34: the guard's names are Helm values, and no admission sees the
-		// policy change, so a writer admitted only by its name was disarmed unseen by a rename
-		// (`helm upgrade --set writer.serviceAccount.name=…`): only the grant counts.
-		{name: "a guard by the verb: the chart's writer, named, holding every verb", cluster: both(guard(byVerb), func(r *wt.Resolver) { r.Grant(ns, wt.WriterSA, ns, webhook.VerbElect, "*", webhook.VerbWildcardProbe) }),
-			unmet: []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"holds every verb", "a writer may not rely on its name", "grant it no rule of every verb"}, lookups: -1},
-		{name: "a guard by the verb: the chart's writer, named, not granted ehdb-elect", cluster: guard(byVerb),
-			unmet: []webhook.Reason{webhook.ReasonLeaseGuard}, msg: []string{"is not granted ehdb-elect", "a writer may not rely on its name"}, lookups: -1},
-		{name: "a guard by the verb: the chart's writer, granted ehdb-elect", cluster: both(guard(byVerb), func(r *wt.Resolver) { r.Grant(ns, wt.WriterSA, ns, webhook.VerbElect) }),
+		{name: "a guard by the verb: the chart's writer, named, holding every verb", cluster: both(guard(byVerb), func(r *wt.Resolver) { r.Grant(ns, wt.WriterSA, ns, "*", webhook.VerbWildcardProbe) }),
 			allowed: true, reason: webhook.ReasonRequirementsMet, lookups: -1},
 		{name: "a guard by the verb beside a guard by name that does not name it", sts: []func(*appsv1.StatefulSet){second},
 			cluster: both(guard(webhook.LeaseGuardFact{Name: "g", Users: []string{writer}, Verb: webhook.VerbElect, Also: []webhook.LeaseGuardFact{{Name: "left-behind", Users: []string{writer}}}}),
@@ -281,7 +274,13 @@ func TestLeaseGuardOf(t *testing.T) {
 		{"as rendered", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, deny)},
 			[]string{"system:serviceaccount:noetl:w", "system:serviceaccount:noetl:x", "alice"}, false, false},
 		{"bound to another namespace", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding("other", deny)}, nil, true, false},
-		{"warning only", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, admissionregistrationv1.Warn)}, nil, true, false},
+		// Red team R of stop 34: a warning binding is Deny a Helm value away, and no admission
+		// sees that change: it is a guard (a writer granted every verb under it lost its Lease
+		// when Deny came back).
+		{"warning only", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, admissionregistrationv1.Warn)},
+			[]string{"system:serviceaccount:noetl:w", "system:serviceaccount:noetl:x", "alice"}, false, false},
+		{"audit only", []admissionregistrationv1.ValidatingAdmissionPolicy{good}, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding(ns, admissionregistrationv1.Audit)},
+			[]string{"system:serviceaccount:noetl:w", "system:serviceaccount:noetl:x", "alice"}, false, false},
 		{"two guards, the second not as rendered", []admissionregistrationv1.ValidatingAdmissionPolicy{good, func() admissionregistrationv1.ValidatingAdmissionPolicy {
 			p := policy(`x`, `[]`)
 			p.Name = "h"

@@ -363,27 +363,86 @@ func TestRedTeamGrantThatTheLeaseGuardRefuses(t *testing.T) {
 		_, err := clusterRoles.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-pending"}, AggregationRule: selector}, dryCreate)
 		return err
 	})
-}
 
-// Red team Q of stop 34: the lease guard names the chart's writer, so a writer holding every verb
-// on leases (cluster-admin bound to it) was admitted by that name; `helm upgrade --set
-// writer.serviceAccount.name=…` then renamed it in the policy, which no admission reviews (the API
-// server exempts admission configuration), and the writer's renewals were refused. The guard's
-// names count for nothing now: the grant that would leave the writer admitted only by its name is
-// refused.
-func TestRedTeamTheLeaseGuardsNameIsNoGrant(t *testing.T) {
-	rt := newRedTeam(t)
-	ctx := context.Background()
-	rt.liveShard0(t)
-	if _, err := rt.cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("named"), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("the chart's armed writer: %v", err)
+	// Red team R of stop 34: an aggregated role created with the writer's lease rules and a
+	// selector that matches nothing keeps them (the controller applies an empty union as no
+	// rules); the writer's own binding then goes, and a harmless piece created with the label, or
+	// a harmless role labelled so, was never sent, while the controller's rewrite to it took the
+	// writer's access.
+	const staleLabel = "example.com/aggregate-to-ehdb-redteam-stale"
+	stale := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-stale"}, Rules: role.Rules,
+		AggregationRule: &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{staleLabel: "true"}}}}}
+	if _, err := clusterRoles.Create(ctx, stale, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the aggregated role of the writer's lease rules: %v", err)
 	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-named-admin"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: wt.WriterSA, Namespace: rt.ns}}}
-	err := answerOnce(30*time.Second, func(err error) bool { return err != nil }, func(ctx context.Context) error {
-		_, err := rt.cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	t.Cleanup(func() { _ = clusterRoles.Delete(context.Background(), stale.Name, metav1.DeleteOptions{}) })
+	if _, err := cs.RbacV1().RoleBindings(rt.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: stale.Name},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: stale.Name}, Subjects: []rbacv1.Subject{writerSubject}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Only now is the stale role the writer's access: its own Role's binding goes (admitted).
+	if err := answerOnce(10*time.Second, func(err error) bool { return err == nil }, func(ctx context.Context) error {
+		return cs.RbacV1().RoleBindings(rt.ns).Delete(ctx, account, metav1.DeleteOptions{})
+	}); err != nil {
+		t.Fatalf("the writer's own RoleBinding deleted while the stale role grants the same: %v", err)
+	}
+	harmless := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}
+	refusedSoon("a harmless piece created with the label the writer's stale aggregated role selects", func(ctx context.Context) error {
+		_, err := clusterRoles.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-stale-piece", Labels: map[string]string{staleLabel: "true"}},
+			Rules: []rbacv1.PolicyRule{harmless}}, dryCreate)
 		return err
 	})
-	disarmRefused(t, "cluster-admin bound to the writer the lease guard names", err, "StatefulSet "+rt.ns+"/named", "holds every verb", "a writer may not rely on its name")
+	plain, err := clusterRoles.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-plain"}, Rules: []rbacv1.PolicyRule{harmless}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = clusterRoles.Delete(context.Background(), plain.Name, metav1.DeleteOptions{}) })
+	plain.Labels = map[string]string{staleLabel: "true"}
+	refusedSoon("a harmless ClusterRole given the label the writer's stale aggregated role selects", func(ctx context.Context) error {
+		_, err := clusterRoles.Update(ctx, plain, dryUpdate)
+		return err
+	})
+}
+
+// Red team R of stop 34: with leaseGuard.validationActions=[Warn] (the values file's dry run of
+// the policy) the webhook saw no lease guard and admitted a grant of every verb on leases to an
+// armed writer's account; `helm upgrade` back to Deny changed a binding no admission reviews, and
+// the writer's renewals were refused. A binding that warns is a guard a value away.
+func TestRedTeamAWarningLeaseGuardIsAGuard(t *testing.T) {
+	rt := newRedTeamWith(t, map[string]any{"leaseGuard": map[string]any{"validationActions": []any{"Warn"}}})
+	ctx := context.Background()
+	rt.liveShard0(t)
+	// A second writer account, admitted by its grant of ehdb-elect (the chart's writer is
+	// admitted by its name too).
+	const account = "second-writer"
+	if _, err := rt.cs.CoreV1().ServiceAccounts(rt.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.cs.RbacV1().Roles(rt.ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: account}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"},
+		Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", webhook.VerbElect}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.cs.RbacV1().RoleBindings(rt.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: account},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: account}, Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := answerOnce(30*time.Second, func(err error) bool { return err == nil }, func(ctx context.Context) error {
+		_, err := rt.cs.AppsV1().StatefulSets(rt.ns).Create(ctx, rt.writer("named", wt.ServiceAccount(account)), metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the armed writer as %s: %v", account, err)
+	}
+	wide := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "ehdb-redteam-wide"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"*"}}}}
+	if _, err := rt.cs.RbacV1().Roles(rt.ns).Create(ctx, wide, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = answerOnce(30*time.Second, func(err error) bool { return err != nil }, func(ctx context.Context) error {
+		_, err := rt.cs.RbacV1().RoleBindings(rt.ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: wide.Name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: wide.Name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: rt.ns}}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+	disarmRefused(t, "every verb on leases bound to the armed writer under a warning lease guard", err, "StatefulSet "+rt.ns+"/named", "holds every verb")
 }

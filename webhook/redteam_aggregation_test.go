@@ -40,6 +40,23 @@ func selecting(labels ...string) *rbacv1.AggregationRule {
 	return agg
 }
 
+// judgeAggregation serves the review of obj (old) to h (its policy and clock set here) and fails
+// unless it is allowed as want; it returns the refusal's message.
+func judgeAggregation(t *testing.T, h *webhook.Handler, kind metav1.GroupVersionKind, op admissionv1.Operation, name string, obj, old runtime.Object, want bool) string {
+	t.Helper()
+	h.Policy, h.Clock = webhook.Policy{RequireLiveLease: true}, clocktesting.NewFakePassiveClock(now)
+	srv := httptest.NewServer(webhook.NewHTTPHandler(h))
+	t.Cleanup(srv.Close)
+	_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, op, kind, name, obj, old))
+	if out.Response == nil || out.Response.Allowed != want {
+		t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, want, raw)
+	}
+	if want {
+		return ""
+	}
+	return out.Response.Result.Message
+}
+
 func TestAggregatedClusterRolesAreJudgedByWhatTheControllerWillWrite(t *testing.T) {
 	crbWriter := sts(append(compliant(), wt.ServiceAccount("crb-writer"))...)
 	crbWriter.Name = "crb"
@@ -116,16 +133,10 @@ func TestAggregatedClusterRolesAreJudgedByWhatTheControllerWillWrite(t *testing.
 		t.Run(tc.name, func(t *testing.T) {
 			c := rbacCluster()
 			tc.cluster(c)
-			h := &webhook.Handler{Resolver: c, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, crbWriter), Clock: clocktesting.NewFakePassiveClock(now)}
-			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
-			t.Cleanup(srv.Close)
-			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, crKind, tc.objName, tc.obj, tc.old))
-			if out.Response == nil || out.Response.Allowed != tc.allowed {
-				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
-			}
+			msg := judgeAggregation(t, &webhook.Handler{Resolver: c, Accounts: fakeReaders(t, crbWriter)}, crKind, tc.op, tc.objName, tc.obj, tc.old, tc.allowed)
 			for _, m := range tc.msg {
-				if !strings.Contains(out.Response.Result.Message, m) {
-					t.Errorf("the refusal does not say %q:\n%s", m, out.Response.Result.Message)
+				if !strings.Contains(msg, m) {
+					t.Errorf("the refusal does not say %q:\n%s", m, msg)
 				}
 			}
 		})
@@ -183,19 +194,13 @@ func TestAnAggregationThatGrantsEveryVerbOnLeasesDisarms(t *testing.T) {
 			roleBinding("settled", "ClusterRole", "settled", saSubject("crb-writer")), nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &webhook.Handler{Resolver: tc.c, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, crbWriter), Clock: clocktesting.NewFakePassiveClock(now), ClusterRoleScopes: []string{ns}}
-			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
-			t.Cleanup(srv.Close)
 			kind := crKind
 			if _, ok := tc.obj.(*rbacv1.RoleBinding); ok {
 				kind = rbKind
 			}
-			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, kind, tc.objName, tc.obj, tc.old))
-			if out.Response == nil || out.Response.Allowed != tc.allowed {
-				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
-			}
-			if !tc.allowed && !strings.Contains(out.Response.Result.Message, "lease guard") {
-				t.Errorf("the refusal does not name the lease guard:\n%s", out.Response.Result.Message)
+			h := &webhook.Handler{Resolver: tc.c, Accounts: fakeReaders(t, crbWriter), ClusterRoleScopes: []string{ns}}
+			if msg := judgeAggregation(t, h, kind, tc.op, tc.objName, tc.obj, tc.old, tc.allowed); !tc.allowed && !strings.Contains(msg, "lease guard") {
+				t.Errorf("the refusal does not name the lease guard:\n%s", msg)
 			}
 		})
 	}
@@ -310,13 +315,7 @@ func TestAPieceJoiningAStaleUnionIsJudged(t *testing.T) {
 		{"a harmless role given another label", admissionv1.Update, "harmless", other, harmless, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &webhook.Handler{Resolver: c, Policy: webhook.Policy{RequireLiveLease: true}, Accounts: fakeReaders(t, crbWriter), Clock: clocktesting.NewFakePassiveClock(now)}
-			srv := httptest.NewServer(webhook.NewHTTPHandler(h))
-			t.Cleanup(srv.Close)
-			_, out, raw := post(t, srv.URL, "application/json", rbacReview(t, tc.op, crKind, tc.objName, tc.obj, tc.old))
-			if out.Response == nil || out.Response.Allowed != tc.allowed {
-				t.Fatalf("allowed=%v, want %v: %s", out.Response != nil && out.Response.Allowed, tc.allowed, raw)
-			}
+			judgeAggregation(t, &webhook.Handler{Resolver: c, Accounts: fakeReaders(t, crbWriter)}, crKind, tc.op, tc.objName, tc.obj, tc.old, tc.allowed)
 		})
 	}
 }
